@@ -1,0 +1,1 @@
+"""The agent team: planner, coder and verifier, and the loop that runs them."""

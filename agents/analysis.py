@@ -1,0 +1,124 @@
+"""The structure of a workload, found by tracing its reference on every rank: the signature the
+planner and the knowledge base work from. Nothing here looks at a workload's name."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Analysis:
+    family: str
+    world_size: int
+    device: str
+    collectives: list[str]  # sorted unique collective names, e.g. ["allgather_into_tensor", "allreduce"]
+    collective_sizes: dict[str, int]  # largest message in bytes per collective
+    ops: list[str]  # sorted unique aten operators
+    n_kernels: int
+    n_elementwise: int
+    n_matmul: int
+    n_attention: int
+    host_syncs: int
+    host_sync_ops: list[str]
+    patterns: list[str]  # data flow, e.g. "collective_then_matmul", "matmul_then_collective:reduce_scatter"
+    input_shapes: list[Any]
+    dtypes: list[str]
+    total_input_bytes: int
+    param_bytes: int
+    collective_bytes: int
+    mutated_inputs: list[int]
+    output_shapes: list[Any]
+    dominant: str | None = None  # compute | hbm | link, from the roofline
+    floor_ms: float | None = None
+    reference_ms: float | None = None
+    roofline_terms: dict[str, Any] = field(default_factory=dict)
+    row_split: dict[str, Any] | None = None  # {"args": [...], "rows": N}: row blocks are independent
+    trace_error: str = ""  # why the reference could not be traced (then the counts are unknown)
+
+    @property
+    def graph_capturable(self) -> bool:
+        """No host synchronisation in the step: the whole step can be one CUDA graph."""
+        return self.host_syncs == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["graph_capturable"] = self.graph_capturable
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Analysis":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def build_analysis(traces: list[dict], *, family: str, world_size: int, device: str, baseline: dict | None) -> Analysis:
+    """Merge the per-rank traces (``Evaluator.analyze``) with the baseline's roofline."""
+    first = traces[0]
+    sizes: dict[str, int] = {}
+    for trace in traces:
+        for c in trace["collectives"]:
+            sizes[c["op"]] = max(sizes.get(c["op"], 0), int(c["bytes"]))
+    roofline = (baseline or {}).get("roofline") or {}
+    dtypes = sorted({d for t in traces for d in t["input_dtypes"] + t["output_dtypes"]})
+    return Analysis(
+        family=family,
+        world_size=world_size,
+        device=device,
+        collectives=sorted(sizes),
+        collective_sizes=sizes,
+        ops=sorted({op for t in traces for op in t["ops"]}),
+        n_kernels=max(t["n_kernels"] for t in traces),
+        n_elementwise=max(t["n_elementwise"] for t in traces),
+        n_matmul=max(t["n_matmul"] for t in traces),
+        n_attention=max(t["n_attention"] for t in traces),
+        host_syncs=max(t["host_syncs"] for t in traces),
+        host_sync_ops=sorted({op for t in traces for op in t["host_sync_ops"]}),
+        patterns=sorted({p for t in traces for p in t["patterns"]}),
+        input_shapes=first["input_shapes"],
+        dtypes=dtypes,
+        total_input_bytes=max(t["input_bytes"] for t in traces),
+        param_bytes=max(t["param_bytes"] for t in traces),
+        collective_bytes=max(t["collective_bytes"] for t in traces),
+        mutated_inputs=sorted({i for t in traces for i in t["mutated_inputs"]}),
+        output_shapes=first["output_shapes"],
+        dominant=roofline.get("dominant"),
+        floor_ms=roofline.get("floor_ms"),
+        reference_ms=(baseline or {}).get("reference_ms"),
+        roofline_terms={k: roofline.get(k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
+        row_split=first.get("row_split"),
+    )
+
+
+def untraced_analysis(error: str, *, family: str, world_size: int, device: str, baseline: dict | None) -> Analysis:
+    """What is known of a reference that could not be traced: its roofline, nothing of its
+    operators. Unknown counts are set so that the generic strategies (CUDA graph, compilation)
+    stay eligible; their evaluations decide."""
+    roofline = (baseline or {}).get("roofline") or {}
+    return Analysis(
+        family=family,
+        world_size=world_size,
+        device=device,
+        collectives=[],
+        collective_sizes={},
+        ops=[],
+        n_kernels=0,
+        n_elementwise=2,
+        n_matmul=0,
+        n_attention=0,
+        host_syncs=0,
+        host_sync_ops=[],
+        patterns=[],
+        input_shapes=[],
+        dtypes=[],
+        total_input_bytes=0,
+        param_bytes=0,
+        collective_bytes=0,
+        mutated_inputs=[],
+        output_shapes=[],
+        dominant=roofline.get("dominant"),
+        floor_ms=roofline.get("floor_ms"),
+        reference_ms=(baseline or {}).get("reference_ms"),
+        trace_error=error[:2000],
+    )

@@ -1,0 +1,42 @@
+"""Limits of a job (iterations, wall time, tokens, money), checked before every model call."""
+
+from __future__ import annotations
+
+import time
+
+from .records import Limits, Usage
+
+
+class LimitReached(Exception):
+    """A limit stops the job; the message says which, ``kind`` names it (iterations, wall_time,
+    tokens, budget)."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class Budget:
+    def __init__(self, limits: Limits, spent: Usage | None = None, steps_done: int = 0, started: float | None = None):
+        self.limits = limits
+        self.spent = spent or Usage()
+        self.steps_done = steps_done
+        self.started = time.monotonic() if started is None else started
+
+    def charge(self, usage: Usage) -> None:
+        self.spent = self.spent.add(usage)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def check(self, *, before_step: bool = False) -> None:
+        """Raise ``LimitReached`` if any limit is reached (call before every model call and step)."""
+        lim = self.limits
+        if before_step and self.steps_done >= lim.max_iters:
+            raise LimitReached(f"iteration limit reached ({lim.max_iters} steps)", "iterations")
+        if lim.max_wall_s is not None and self.elapsed_s() >= lim.max_wall_s:
+            raise LimitReached(f"wall-time limit reached ({lim.max_wall_s:.0f} s)", "wall_time")
+        if lim.max_tokens is not None and self.spent.tokens >= lim.max_tokens:
+            raise LimitReached(f"token limit reached ({self.spent.tokens} of {lim.max_tokens})", "tokens")
+        if lim.budget_usd is not None and self.spent.cost_usd is not None and self.spent.cost_usd >= lim.budget_usd:
+            raise LimitReached(f"budget reached (${self.spent.cost_usd:.4f} of ${lim.budget_usd:.2f})", "budget")

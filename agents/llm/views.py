@@ -1,0 +1,227 @@
+"""What the prompt templates read: a ``PlanningContext`` turned into plain, clipped values.
+
+Templates stay free of logic; everything that decides what a model sees (which steps, how much
+of a profile, how long an error may be) is here, in one place, and tested.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.records import Plan, Step
+from agents.roles import PlanningContext
+
+#: Characters kept of each free-text field, so that a long history still fits a context window.
+CLIP = {"feedback": 600, "error": 1500, "profile": 1500, "analysis": 4000, "evidence": 400, "traceback": 1500}
+
+
+def clip(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def compact(value: Any) -> str:
+    """Short, stable JSON for params and small dicts."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _ms(value: float | None) -> str | None:
+    return None if value is None else f"{value:.4g} ms"
+
+
+def workload_view(ctx: PlanningContext) -> dict[str, Any]:
+    spec = ctx.spec
+    return {
+        "name": ctx.workload_name,
+        "source": ctx.workload_source.strip(),
+        "world_size": spec.world_size,
+        "device": spec.device,
+        "backend": "NCCL" if spec.device == "cuda" else "gloo",
+        "shapes": spec.shapes or ("gpu" if spec.device == "cuda" else "ci"),
+    }
+
+
+def analysis_view(analysis: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The traced structure as ``key: value`` lines (empty fields left out), and its summary if any."""
+    if not analysis:
+        return None
+    summary = analysis.get("summary")
+    lines = [
+        f"- {key}: {value if isinstance(value, str) else compact(value)}"
+        for key, value in sorted(analysis.items())
+        if key != "summary" and value not in (None, "", [], {})
+    ]
+    return {
+        "summary": summary if isinstance(summary, str) else "",
+        "details": clip("\n".join(lines), CLIP["analysis"]),
+    }
+
+
+def roofline_view(baseline: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The reference time and the floor: which term (compute, HBM, link) bounds the workload."""
+    if not baseline:
+        return None
+    roofline = baseline.get("roofline") or {}
+    view = {
+        "reference_ms": _ms(baseline.get("reference_ms")),
+        "status": baseline.get("status", ""),
+        "dominant": roofline.get("dominant"),
+        "floor_ms": _ms(roofline.get("floor_ms")),
+        "compute_ms": _ms(roofline.get("compute_ms")),
+        "hbm_ms": _ms(roofline.get("hbm_ms")),
+        "link_ms": _ms(roofline.get("link_ms")),
+        "profile": roofline.get("profile"),
+        "reference_fraction": roofline.get("reference_fraction"),
+    }
+    if view["reference_fraction"] is not None:
+        view["reference_fraction"] = f"{100 * view['reference_fraction']:.1f}%"
+    return view
+
+
+def profile_summary(profile: dict[str, Any] | None) -> str:
+    """The profiler's summary for agents when it has one, else the record itself, clipped."""
+    if not profile:
+        return ""
+    summary = profile.get("summary")
+    if isinstance(summary, str) and summary.strip():
+        return clip(summary, CLIP["profile"])
+    return clip(json.dumps(profile, sort_keys=True, default=str), CLIP["profile"])
+
+
+def error_line(step: Step) -> str:
+    """The step's own error, else the evaluator's error message."""
+    error = (step.evaluation or {}).get("error") or {}
+    return step.error or error.get("message") or ""
+
+
+def failure_text(step: Step) -> str:
+    """Why a step failed, as the coder needs it for a repair: error, evaluator error, feedback."""
+    parts = []
+    if step.error:
+        parts.append(clip(step.error, CLIP["error"]))
+    error = (step.evaluation or {}).get("error") or {}
+    if error.get("message") and error["message"] not in step.error:
+        where = f" on rank {error['rank']}" if error.get("rank") is not None else ""
+        phase = f" during {error['phase']}" if error.get("phase") else ""
+        parts.append(f"{error.get('kind') or step.status}{where}{phase}: {clip(error['message'], CLIP['error'])}")
+    if error.get("traceback"):
+        tail = error["traceback"].strip()[-CLIP["traceback"] :]
+        parts.append(f"traceback (end):\n{tail}")
+    if step.feedback:
+        parts.append(clip(step.feedback, CLIP["feedback"]))
+    return "\n".join(parts) or step.status
+
+
+def step_view(step: Step) -> dict[str, Any]:
+    return {
+        "index": step.index,
+        "strategy": step.plan.strategy,
+        "params": compact(step.plan.params),
+        "source": step.plan.source,
+        "base_step": step.plan.base_step,
+        "status": step.status,
+        "correct": step.correct,
+        "speedup": None if step.speedup is None else f"{step.speedup:.3g}x",
+        "candidate_ms": _ms(step.candidate_ms),
+        "fraction_of_floor": None if step.fraction_of_floor is None else f"{100 * step.fraction_of_floor:.1f}%",
+        "feedback": clip(step.feedback, CLIP["feedback"]),
+        "error": "" if step.correct else clip(error_line(step), CLIP["feedback"]),
+        "profile": profile_summary(step.profile),
+    }
+
+
+def kb_view(ctx: PlanningContext) -> dict[str, Any]:
+    kb = ctx.kb
+    return {
+        "kernels": [
+            {
+                "workload": k.workload_name,
+                "strategy": k.strategy,
+                "params": compact(k.params),
+                "speedup": f"{k.speedup:.3g}x",
+                "similarity": f"{k.similarity:.2f}",
+                "same_workload": k.same_workload,
+            }
+            for k in kb.kernels
+        ],
+        "strategies": [
+            {
+                "strategy": s.strategy,
+                "description": s.description,
+                "params": compact(s.params),
+                "wins": s.wins,
+                "losses": s.losses,
+                "confidence": f"{s.confidence:.2f}",
+                "evidence": clip(s.evidence, CLIP["evidence"]),
+            }
+            for s in kb.strategies
+        ],
+        "failures": [
+            {"strategy": f.strategy, "params": compact(f.params), "reason": clip(f.reason, CLIP["evidence"]), "count": f.count}
+            for f in kb.failures
+        ],
+    }
+
+
+def planner_view(ctx: PlanningContext) -> dict[str, Any]:
+    """Everything the planner's templates read."""
+    best, last = ctx.best, ctx.last
+    limits = ctx.budget.limits
+    return {
+        "workload": workload_view(ctx),
+        "analysis": analysis_view(ctx.analysis),
+        "roofline": roofline_view(ctx.baseline),
+        "history": [step_view(s) for s in ctx.history],
+        "best": step_view(best) if best else None,
+        "last": step_view(last) if last and last is not best else None,
+        "kb": kb_view(ctx),
+        "steps_left": max(0, limits.max_iters - ctx.budget.steps_done),
+    }
+
+
+def coder_view(plan: Plan, ctx: PlanningContext) -> dict[str, Any]:
+    """Everything the coder's templates read: the plan, the code to build on, the last failure."""
+    by_index = {s.index: s for s in ctx.history}
+    base = by_index.get(plan.base_step) if plan.base_step is not None else None
+    if base is None or not base.candidate_code:
+        base = ctx.best
+    last = ctx.last
+    failed = last if last is not None and not last.correct and last.status != "skipped" else None
+    hint = max(ctx.kb.kernels, key=lambda k: k.similarity, default=None)
+    failure = None
+    if failed is not None:
+        same_code = base is not None and failed.candidate_code == base.candidate_code
+        failure = {**step_view(failed), "text": failure_text(failed), "code": "" if same_code else (failed.candidate_code or "").strip()}
+    return {
+        "plan": {
+            "strategy": plan.strategy,
+            "params": compact(plan.params),
+            "rationale": plan.rationale,
+        },
+        "workload": workload_view(ctx),
+        "roofline": roofline_view(ctx.baseline),
+        "base": {**step_view(base), "code": base.candidate_code.strip()} if base is not None and base.candidate_code else None,
+        "failure": failure,
+        "kb_kernel": (
+            {"workload": hint.workload_name, "strategy": hint.strategy, "speedup": f"{hint.speedup:.3g}x", "code": hint.code.strip()}
+            if hint is not None
+            else None
+        ),
+    }
+
+
+def candidate_rules() -> dict[str, Any]:
+    """The candidate format's allow-lists, read from the static checker so the prompt cannot drift."""
+    from services.worker.evaluator import static_check as sc
+
+    return {
+        "allowed_modules": sorted(m for m in sc.ALLOWED_MODULES if m != "__future__"),
+        "denied_submodules": list(sc.DENIED_SUBMODULES),
+        "os_attrs": sorted(sc.ALLOWED_OS_ATTRS),
+        "denied_builtins": sorted(sc.DENIED_BUILTINS),
+        "swallowable": sorted(sc.SWALLOWABLE),
+    }

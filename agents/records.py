@@ -1,0 +1,193 @@
+"""Records of an optimization job: its spec, each step's plan, candidate, evaluation and profile,
+and the whole trajectory (saved after every step, with a format version).
+
+Plain dataclasses, JSON round-trippable, importable with the standard library alone: the CLI,
+the service, the dashboard and the knowledge base all read these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TRAJECTORY_VERSION = 1
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "stopped"]
+#: Step statuses: the evaluator's statuses, plus ``coder_failed`` (no candidate could be written:
+#: unparseable model output, empty answer, a strategy that does not apply) and ``skipped``.
+StepStatus = str
+
+
+def utcnow() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Limits:
+    """Checked before every model call and every step."""
+
+    max_iters: int = 8
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    budget_usd: float | None = None
+
+
+@dataclass
+class JobSpec:
+    workload: str  # a path to the workload file
+    world_size: int
+    device: Literal["cpu", "cuda"] = "cpu"
+    shapes: str | None = None  # None: the evaluator's default for the device
+    strategist: str = "offline"  # "offline" or an LLM model name that litellm understands
+    limits: Limits = field(default_factory=Limits)
+    job_id: str = ""
+    use_kb: bool = True
+    profile: Literal["none", "new_best", "every_correct"] = "new_best"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """What the planner chose, and why."""
+
+    strategy: str  # e.g. "cuda_graph", "torch_compile", "overlap_chunks", "llm", "kb_reuse"
+    params: dict[str, Any] = field(default_factory=dict)
+    rationale: str = ""
+    source: Literal["offline", "llm", "kb"] = "offline"
+    base_step: int | None = None  # the step whose candidate this one builds on
+
+
+@dataclass
+class Usage:
+    """Model usage of one step (or a sum of steps)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0  # None once any call's cost was unknown
+    model: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: "Usage") -> "Usage":
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return Usage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=cost,
+            model=other.model or self.model,
+        )
+
+
+@dataclass
+class Step:
+    index: int
+    plan: Plan
+    status: StepStatus
+    candidate_code: str | None = None
+    candidate_sha256: str = ""
+    evaluation: dict[str, Any] | None = None  # EvalResult.to_dict()
+    profile: dict[str, Any] | None = None  # Profile.to_dict(), with its summary for the agents
+    feedback: str = ""  # the verifier's words for the next plan
+    error: str = ""
+    usage: Usage = field(default_factory=Usage)
+    seconds: dict[str, float] = field(default_factory=dict)
+    started_at: str = ""
+    finished_at: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.correct or not self.evaluation or not self.evaluation.get("timing"):
+            return None
+        return self.evaluation["timing"]["speedup"]
+
+    @property
+    def candidate_ms(self) -> float | None:
+        if not self.correct or not self.evaluation or not self.evaluation.get("timing"):
+            return None
+        return self.evaluation["timing"]["candidate_ms"]
+
+    @property
+    def fraction_of_floor(self) -> float | None:
+        roofline = (self.evaluation or {}).get("roofline") or {}
+        return roofline.get("fraction_of_floor") if self.correct else None
+
+
+@dataclass
+class Trajectory:
+    job: JobSpec
+    workload_name: str = ""
+    workload_sha256: str = ""
+    workload_family: str = ""
+    baseline: dict[str, Any] | None = None  # BaselineResult.to_dict()
+    analysis: dict[str, Any] | None = None  # the structure found in the reference
+    steps: list[Step] = field(default_factory=list)
+    state: JobState = "queued"
+    stop_reason: str = ""
+    overhead_usage: Usage = field(default_factory=Usage)  # model calls that produced no step
+    created_at: str = field(default_factory=utcnow)
+    updated_at: str = field(default_factory=utcnow)
+    version: int = TRAJECTORY_VERSION
+
+    # Derived, never stored separately -----------------------------------------------------------
+    @property
+    def best_step(self) -> Step | None:
+        """The correct step with the shortest candidate time (ties: the earliest)."""
+        correct = [s for s in self.steps if s.candidate_ms is not None]
+        return min(correct, key=lambda s: (s.candidate_ms, s.index)) if correct else None
+
+    @property
+    def best_speedup(self) -> float | None:
+        """The best step's speedup as reported everywhere (job rows, batch reports, the dashboard).
+
+        The reference run as a candidate (the fallback) measures noise, not an improvement, so
+        its speedup is never reported above 1.0x."""
+        best = self.best_step
+        if best is None or best.speedup is None:
+            return None
+        return min(best.speedup, 1.0) if best.plan.strategy == "reference_copy" else best.speedup
+
+    @property
+    def usage(self) -> Usage:
+        total = self.overhead_usage
+        for step in self.steps:
+            total = total.add(step.usage)
+        return total
+
+    def best_so_far(self) -> list[float | None]:
+        """Best speedup after each step (None until a correct step)."""
+        best, out = None, []
+        for step in self.steps:
+            if step.speedup is not None and (best is None or step.speedup > best):
+                best = step.speedup
+            out.append(best)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+        version = data.get("version", 0)
+        if version > TRAJECTORY_VERSION:
+            raise ValueError(f"trajectory format version {version} is newer than this kloom reads ({TRAJECTORY_VERSION})")
+        job = dict(data["job"])
+        job["limits"] = Limits(**job.get("limits", {}))
+        steps = []
+        for raw in data.get("steps", []):
+            raw = dict(raw)
+            raw["plan"] = Plan(**raw["plan"])
+            raw["usage"] = Usage(**raw.get("usage", {}))
+            steps.append(Step(**raw))
+        fields = {f.name for f in dataclasses.fields(cls)} - {"job", "steps", "overhead_usage"}
+        overhead = Usage(**data.get("overhead_usage", {}))
+        return cls(job=JobSpec(**job), steps=steps, overhead_usage=overhead, **{k: v for k, v in data.items() if k in fields})

@@ -1,0 +1,100 @@
+"""What the three roles see and return, and the protocols they implement.
+
+Each role is small and testable alone: the planner turns a ``PlanningContext`` into a ``Plan``,
+the coder turns a plan into candidate source, the verifier turns source into an evaluation, a
+profile and feedback. The offline strategist and the LLM-backed roles implement the same
+protocols, so the loop does not know which it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .limits import Budget
+from .records import JobSpec, Plan, Step, Usage
+
+
+@dataclass
+class KernelHint:
+    """A kernel the knowledge base kept, from a workload similar to this one."""
+
+    kernel_id: str
+    code: str
+    strategy: str
+    params: dict[str, Any]
+    speedup: float
+    workload_name: str
+    similarity: float  # 1.0: same structure, shapes and world size
+    same_workload: bool = False
+
+
+@dataclass
+class StrategyHint:
+    strategy: str
+    description: str
+    params: dict[str, Any]
+    wins: int
+    losses: int
+    confidence: float  # derived from the evidence, in [0, 1]
+    evidence: str = ""  # profiler and timing evidence, a few lines
+
+
+@dataclass
+class FailureHint:
+    strategy: str
+    params: dict[str, Any]
+    reason: str
+    count: int = 1
+
+
+@dataclass
+class KBAdvice:
+    kernels: list[KernelHint] = field(default_factory=list)
+    strategies: list[StrategyHint] = field(default_factory=list)
+    failures: list[FailureHint] = field(default_factory=list)
+
+
+@dataclass
+class PlanningContext:
+    spec: JobSpec
+    workload_source: str
+    workload_name: str
+    analysis: dict[str, Any] | None  # agents.analysis.Analysis.to_dict()
+    baseline: dict[str, Any] | None  # BaselineResult.to_dict(): reference time and roofline
+    history: list[Step]
+    budget: Budget
+    kb: KBAdvice = field(default_factory=KBAdvice)
+
+    @property
+    def best(self) -> Step | None:
+        correct = [s for s in self.history if s.candidate_ms is not None]
+        return min(correct, key=lambda s: (s.candidate_ms, s.index)) if correct else None
+
+    @property
+    def last(self) -> Step | None:
+        return self.history[-1] if self.history else None
+
+
+@dataclass
+class CoderOutput:
+    code: str | None
+    usage: Usage = field(default_factory=Usage)
+    error: str = ""  # why no code came out (unparseable answer, empty answer, strategy n/a)
+
+
+@dataclass
+class Verdict:
+    status: str
+    evaluation: dict[str, Any] | None
+    profile: dict[str, Any] | None
+    feedback: str
+
+
+class Planner(Protocol):
+    def plan(self, ctx: PlanningContext) -> tuple[Plan | None, Usage]:
+        """The next plan, or None when there is nothing left worth trying."""
+
+
+class Coder(Protocol):
+    def write(self, plan: Plan, ctx: PlanningContext) -> CoderOutput: ...

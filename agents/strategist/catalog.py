@@ -1,0 +1,210 @@
+"""The offline strategist's strategies: when each applies (read from the traced structure and the
+roofline, never from a workload's name), the parameters it searches, and a prior score."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agents.analysis import Analysis
+
+#: Collective messages up to this size are latency-bound on NVLink; symmetric-memory one-shot
+#: all-reduce beats NCCL's ring there (larger ones use two-shot, then NCCL).
+SYMM_ONE_SHOT_MAX = 1 << 20
+SYMM_TWO_SHOT_MAX = 16 << 20
+
+
+@dataclass
+class Option:
+    """One concrete thing to try: a strategy with its parameters and why it might pay."""
+
+    strategy: str
+    params: dict[str, Any]
+    score: float
+    rationale: str
+    base: str | None = None  # a strategy this refines (tried after it wins)
+
+    @property
+    def key(self) -> str:
+        return option_key(self.strategy, self.params)
+
+
+def option_key(strategy: str, params: dict[str, Any]) -> str:
+    import json
+
+    return f"{strategy}:{json.dumps(params, sort_keys=True)}"
+
+
+@dataclass
+class Strategy:
+    name: str
+    description: str
+    options: Callable[[Analysis], list[Option]]
+    requires_cuda: bool = False
+    tags: list[str] = field(default_factory=list)
+
+
+def _launch_bound(a: Analysis) -> float:
+    """How much of the reference's time is likely host launch overhead (0..1)."""
+    if not a.reference_ms:
+        return 0.5
+    launch_ms = 0.008 * max(a.n_kernels, 1)  # ~8 us of host work per eager kernel launch
+    return min(1.0, launch_ms / a.reference_ms)
+
+
+def _reference_copy(a: Analysis) -> list[Option]:
+    return [Option("reference_copy", {"wrapper": "none"}, 0.01, "the reference itself: a correct anchor that measures timing noise")]
+
+
+def _cuda_graph(a: Analysis) -> list[Option]:
+    if not a.graph_capturable:
+        return []
+    lb = _launch_bound(a)
+    return [
+        Option(
+            "cuda_graph",
+            {"wrapper": "graph", "warmup": 3},
+            0.3 + lb,
+            f"{a.n_kernels} kernels per step with no host synchronisation: one CUDA graph (collectives included) "
+            f"removes launch overhead, an estimated {100 * lb:.0f}% of the reference's time",
+        )
+    ]
+
+
+def _torch_compile(a: Analysis) -> list[Option]:
+    out = []
+    fusable = a.n_elementwise >= 2
+    dynamic = {} if a.graph_capturable else {"dynamic": True}
+    if fusable:
+        hbm = 0.3 if a.dominant == "hbm" else 0.0
+        out.append(
+            Option(
+                "torch_compile",
+                {"wrapper": "compile", "compile_mode": "default", **dynamic},
+                0.25 + hbm + 0.02 * min(a.n_elementwise, 10),
+                f"{a.n_elementwise} elementwise/normalisation kernels around the collectives: inductor fuses them into "
+                f"fewer passes over memory{' (the roofline says HBM dominates)' if hbm else ''}",
+            )
+        )
+    if a.device == "cuda":
+        if fusable and a.graph_capturable:
+            out.append(
+                Option(
+                    "compile_cuda_graph",
+                    {"wrapper": "compile_graph", "compile_mode": "default", "warmup": 3},
+                    0.35 + _launch_bound(a) + (0.3 if a.dominant == "hbm" else 0.0),
+                    "fused kernels from inductor, launched from one CUDA graph: fewer bytes and no launch overhead",
+                )
+            )
+        if not a.graph_capturable:
+            out.append(
+                Option(
+                    "compile_reduce_overhead",
+                    {"wrapper": "compile", "compile_mode": "reduce-overhead", "dynamic": True},
+                    0.2 + 0.5 * _launch_bound(a),
+                    f"the step synchronises with the host ({', '.join(a.host_sync_ops) or 'device-to-host copies'}), so one graph "
+                    "cannot hold it: torch.compile splits at the syncs and captures each sync-free segment in a CUDA graph",
+                )
+            )
+    return out
+
+
+def _symm_allreduce(a: Analysis) -> list[Option]:
+    size = a.collective_sizes.get("allreduce")
+    if a.device != "cuda" or a.world_size < 2 or size is None or size > SYMM_TWO_SHOT_MAX:
+        return []
+    algo = "one_shot" if size <= SYMM_ONE_SHOT_MAX else "two_shot"
+    why = (
+        f"all-reduce of {size / 1024:.0f} KiB is latency-bound: torch symmetric memory's {algo.replace('_', '-')} "
+        "kernel reads peers' buffers directly over NVLink instead of NCCL's ring"
+    )
+    params = {"wrapper": "none", "rewrites": ["symm_allreduce"], "symm_algo": algo, "symm_max_bytes": SYMM_TWO_SHOT_MAX}
+    opts = [Option("symm_mem_allreduce", params, 0.3 + (0.3 if algo == "one_shot" else 0.1), why)]
+    if a.graph_capturable:
+        opts.append(
+            Option(
+                "symm_mem_allreduce_graph",
+                dict(params, wrapper="graph", warmup=3),
+                0.45 + _launch_bound(a),
+                why + ", all launched from one CUDA graph (the copies in and out cost launches that the graph removes)",
+            )
+        )
+        other = "two_shot" if algo == "one_shot" else "one_shot"
+        opts.append(
+            Option(
+                "symm_mem_allreduce_graph",
+                dict(params, wrapper="graph", warmup=3, symm_algo=other),
+                0.1,
+                f"the same with the {other.replace('_', '-')} algorithm (searched: the crossover depends on the machine)",
+                base="symm_mem_allreduce_graph",
+            )
+        )
+    return opts
+
+
+def _micro_pipeline_tp(a: Analysis) -> list[Option]:
+    pattern = any(p.startswith("collective_then_matmul") or p.startswith("matmul_then_collective:reduce_scatter") for p in a.patterns)
+    if a.device != "cuda" or a.world_size < 2 or not pattern:
+        return []
+    return [
+        Option(
+            "micro_pipeline_tp",
+            {"wrapper": "compile", "compile_options": {"_micro_pipeline_tp": True}},
+            0.35 + (0.2 if a.dominant in ("compute", "link") else 0.0),
+            "a collective feeds a matmul (or a matmul feeds a reduce-scatter): inductor's micro-pipeline pass "
+            "splits them into symmetric-memory pipelines that overlap the copy of chunk i+1 with the matmul of chunk i",
+        )
+    ]
+
+
+def _overlap_share(a: Analysis) -> float:
+    """The share of the unoverlapped time that overlapping communication with compute can hide."""
+    t = a.roofline_terms or {}
+    link, work = t.get("link_ms") or 0.0, max(t.get("compute_ms") or 0.0, t.get("hbm_ms") or 0.0)
+    total = link + work
+    return min(link, work) / total if total > 0 else 0.0
+
+
+def _row_chunks(a: Analysis) -> list[Option]:
+    if a.device != "cuda" or a.world_size < 2 or not a.row_split or not a.collectives:
+        return []
+    if a.n_matmul + a.n_elementwise + a.n_attention == 0:
+        return []
+    share = _overlap_share(a)
+    why = (
+        "row blocks of the step are independent (the probe split the inputs' rows and got the same result), and "
+        f"the roofline puts {100 * share:.0f}% of the unoverlapped time in the part overlap can hide: slices run on "
+        "alternating streams so one slice's collective overlaps the next slice's compute"
+    )
+    base = {"wrapper": "chunks", "streams": 2}
+    return [
+        Option("row_chunk_overlap", dict(base, chunks=2), 0.25 + share, why),
+        Option("row_chunk_overlap", dict(base, chunks=4), 0.2 + share, why + " (4 slices: more overlap, smaller kernels)", base="row_chunk_overlap"),
+        Option(
+            "row_chunk_overlap_compiled",
+            dict(base, chunks=2, inner="compile"),
+            0.15 + share,
+            why + ", each slice compiled by inductor to fuse its elementwise work",
+            base="row_chunk_overlap",
+        ),
+    ]
+
+
+STRATEGIES: list[Strategy] = [
+    Strategy("reference_copy", "Run the reference itself (a correct anchor).", _reference_copy),
+    Strategy("cuda_graph", "Capture the whole step, collectives included, in one CUDA graph.", _cuda_graph, requires_cuda=True),
+    Strategy("torch_compile", "Compile the step with torch.compile (fusion, CUDA graphs by segment).", _torch_compile),
+    Strategy("symm_mem_allreduce", "Latency-bound all-reduce through torch symmetric memory.", _symm_allreduce, requires_cuda=True),
+    Strategy("micro_pipeline_tp", "Overlap all-gather/reduce-scatter with the matmul (symmetric-memory pipelines).", _micro_pipeline_tp, requires_cuda=True),
+    Strategy("row_chunk_overlap", "Pipeline independent row slices over streams: collective of one, compute of the next.", _row_chunks, requires_cuda=True),
+]
+
+
+def options_for(a: Analysis) -> list[Option]:
+    """Every option that applies to this structure, best prior first."""
+    found: list[Option] = []
+    for strategy in STRATEGIES:
+        if strategy.requires_cuda and a.device != "cuda":
+            continue
+        found.extend(strategy.options(a))
+    return sorted(found, key=lambda o: -o.score)

@@ -1,0 +1,223 @@
+"""Writes candidate files for the offline strategist.
+
+A candidate is the reference's own source (so it computes the same math, with the same parameter
+initialisation), optionally rewritten (``rewrites.py``), followed by ``ModelNew``, a subclass of
+that ``Model`` whose ``forward`` runs the reference's computation through a wrapper: a whole-step
+CUDA graph, ``torch.compile`` in a chosen mode, or both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
+
+_HEADER = '''
+
+# ---- kloom offline strategist: {label} ----
+import torch as _kl_torch
+from torch.utils import _pytree as _kl_pytree
+'''
+
+_GRAPH_HELPERS = '''
+
+def _kloom_key(args):
+    return tuple(
+        (tuple(a.shape), a.dtype, a.device, a.stride()) if isinstance(a, _kl_torch.Tensor) else ("value", repr(a))
+        for a in args
+    )
+
+
+def _kloom_clone_inputs(args):
+    return [a.clone() if isinstance(a, _kl_torch.Tensor) else a for a in args]
+
+
+def _kloom_capture(fn, args, warmup):
+    """Warm ``fn`` up on a side stream (compiling and allocating what it needs), then capture one
+    call on static copies of the inputs in a CUDA graph. Every rank captures the same calls, so
+    collectives inside are captured on all ranks together."""
+    static = _kloom_clone_inputs(args)
+    side = _kl_torch.cuda.Stream()
+    side.wait_stream(_kl_torch.cuda.current_stream())
+    with _kl_torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(*_kloom_clone_inputs(args))
+    _kl_torch.cuda.current_stream().wait_stream(side)
+    _kl_torch.cuda.synchronize()
+    graph = _kl_torch.cuda.CUDAGraph()
+    with _kl_torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = fn(*static)
+    return graph, static, out
+
+
+def _kloom_replay(entry, args, mutated):
+    """Copy this call's inputs into the graph's static buffers, replay, copy back the inputs the
+    reference modifies in place, and return fresh copies of the outputs (the graph reuses its
+    buffers on the next call)."""
+    graph, static, out = entry
+    for buffer, arg in zip(static, args):
+        if isinstance(buffer, _kl_torch.Tensor):
+            buffer.copy_(arg)
+    graph.replay()
+    for i in mutated:
+        args[i].copy_(static[i])
+    return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)
+'''
+
+_MODEL_NEW = '''
+
+class ModelNew(Model):
+    """The reference's computation{description}."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kloom_graphs = {{}}
+        self._kloom_streams = []
+        self._kloom_fn = {fn_expr}
+
+    def _kloom_eager(self, *args):
+        return super().forward(*args)
+
+    def forward(self, *args):
+{body}
+'''
+
+_BODY_DIRECT = '''        return self._kloom_fn(*args)'''
+
+_BODY_COMPILED_CLONE = '''        out = self._kloom_fn(*args)
+        # cudagraph trees reuse output buffers on the next call: hand back owned tensors.
+        return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)'''
+
+_BODY_GRAPH = '''        if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
+            return self._kloom_fn(*args)
+        key = _kloom_key(args)
+        entry = self._kloom_graphs.get(key)
+        if entry is None:
+            entry = self._kloom_graphs[key] = _kloom_capture(self._kloom_fn, args, warmup={warmup})
+        return _kloom_replay(entry, list(args), {mutated})'''
+
+
+_CHUNK_HELPERS = '''
+
+_KLOOM_CHUNK_ARGS = {args}
+_KLOOM_CHUNKS = {chunks}
+_KLOOM_STREAMS = {streams}
+
+
+def _kloom_bounds(n, chunks):
+    step = -(-n // chunks)
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _kloom_cat(parts):
+    """Concatenate the chunks' outputs leaf by leaf along the rows."""
+    flat = [_kl_pytree.tree_flatten(p) for p in parts]
+    spec = flat[0][1]
+    leaves = [_kl_torch.cat([f[0][j] for f in flat], dim=0) for j in range(len(flat[0][0]))]
+    return _kl_pytree.tree_unflatten(leaves, spec)
+
+
+def _kloom_pipelined(fn, args, streams):
+    """Run ``fn`` on row slices of the step's row-indexed inputs, each slice on the next stream,
+    so that one slice's collective overlaps the next slice's compute; join the streams at the end."""
+    n = args[_KLOOM_CHUNK_ARGS[0]].shape[0]
+    current = _kl_torch.cuda.current_stream()
+    parts = []
+    for i, (a, b) in enumerate(_kloom_bounds(n, _KLOOM_CHUNKS)):
+        stream = streams[i % len(streams)]
+        stream.wait_stream(current)
+        with _kl_torch.cuda.stream(stream):
+            sliced = [x[a:b] if j in _KLOOM_CHUNK_ARGS else x for j, x in enumerate(args)]
+            parts.append(fn(*sliced))
+    for stream in streams:
+        current.wait_stream(stream)
+    for part in parts:
+        for leaf in _kl_pytree.tree_leaves(part):
+            if isinstance(leaf, _kl_torch.Tensor) and leaf.is_cuda:
+                leaf.record_stream(current)
+    return _kloom_cat(parts)
+'''
+
+_BODY_CHUNKS = '''        if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
+            return self._kloom_fn(*args)
+        if not self._kloom_streams:
+            self._kloom_streams = [_kl_torch.cuda.Stream() for _ in range(_KLOOM_STREAMS)]
+        return _kloom_pipelined(self._kloom_fn, list(args), self._kloom_streams)'''
+
+
+class NotApplicable(Exception):
+    """The strategy cannot be written for this workload; the message says why."""
+
+
+def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], label: str, row_split: dict | None = None) -> str:
+    """The candidate source for ``params``:
+
+    - ``wrapper``: ``none`` | ``graph`` | ``compile`` | ``compile_graph``
+    - ``compile_mode``: a ``torch.compile`` mode (``default``, ``reduce-overhead``, ``max-autotune-no-cudagraphs``)
+    - ``compile_options``: inductor options (instead of a mode)
+    - ``rewrites``: ``["symm_allreduce"]``, with ``symm_max_bytes`` and ``symm_algo`` (``one_shot`` | ``two_shot``)
+    - ``warmup``: warm-up calls before a graph capture
+    - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
+    - ``dynamic``: compile with dynamic shapes (steps whose shapes change between calls)
+    """
+    body_source = source.rstrip() + "\n"
+    helpers = ""
+    for rewrite in params.get("rewrites", []):
+        if rewrite == "symm_allreduce":
+            if count_calls(body_source, "all_reduce") == 0:
+                raise NotApplicable("the reference calls no torch.distributed.all_reduce to rewrite")
+            body_source, _ = rename_collective(body_source, "all_reduce", "_kloom_all_reduce")
+            body_source += "\n"
+            helpers += SYMM_ALLREDUCE_HELPER.format(
+                max_bytes=int(params.get("symm_max_bytes", 8 << 20)), algo=params.get("symm_algo", "one_shot")
+            )
+        else:
+            raise NotApplicable(f"unknown rewrite {rewrite!r}")
+
+    wrapper = params.get("wrapper", "none")
+    mode = params.get("compile_mode", "default")
+    options = params.get("compile_options")
+    # Shapes that change between calls (host-synchronised splits) need dynamic shapes; fixed ones don't.
+    dynamic = "None" if params.get("dynamic") else "False"
+    if options:
+        compile_expr = f"_kl_torch.compile(self._kloom_eager, dynamic={dynamic}, options={options!r})"
+    else:
+        compile_expr = f"_kl_torch.compile(self._kloom_eager, dynamic={dynamic}, mode={mode!r})"
+    description = {
+        "none": "",
+        "graph": ", replayed from a whole-step CUDA graph",
+        "compile": f", compiled with torch.compile ({'options ' + json.dumps(options) if options else 'mode ' + mode})",
+        "compile_graph": ", compiled with torch.compile and replayed from a whole-step CUDA graph",
+        "chunks": f", pipelined over {params.get('chunks', 2)} row slices on {params.get('streams', 2)} streams"
+        + (" (each slice compiled)" if params.get("inner") == "compile" else ""),
+    }[wrapper]
+    if params.get("rewrites"):
+        description += f", with rewritten collectives ({', '.join(params['rewrites'])})"
+    if wrapper == "none":
+        fn_expr, body = "self._kloom_eager", _BODY_DIRECT
+    elif wrapper == "compile":
+        fn_expr = compile_expr
+        body = _BODY_COMPILED_CLONE if (mode == "reduce-overhead" and not options) else _BODY_DIRECT
+    elif wrapper in ("graph", "compile_graph"):
+        fn_expr = "self._kloom_eager" if wrapper == "graph" else compile_expr
+        body = _BODY_GRAPH.format(warmup=int(params.get("warmup", 3)), mutated=list(mutated_inputs))
+    elif wrapper == "chunks":
+        if not row_split:
+            raise NotApplicable("the reference's row blocks are not independent (the probe found no row split)")
+        fn_expr = compile_expr if params.get("inner") == "compile" else "self._kloom_eager"
+        body = _BODY_CHUNKS
+    else:
+        raise NotApplicable(f"unknown wrapper {wrapper!r}")
+    graph_helpers = _GRAPH_HELPERS if wrapper in ("graph", "compile_graph") else ""
+    if wrapper == "chunks":
+        graph_helpers = _CHUNK_HELPERS.format(
+            args=list(row_split["args"]), chunks=int(params.get("chunks", 2)), streams=int(params.get("streams", 2))
+        )
+    return (
+        body_source
+        + helpers
+        + _HEADER.format(label=label)
+        + graph_helpers
+        + _MODEL_NEW.format(description=description, fn_expr=fn_expr, body=body)
+    )

@@ -1,0 +1,62 @@
+"""The verifier: runs the evaluator (which applies the static checks first) on a candidate, asks
+for a profile when the policy says so, and turns both into feedback for the next plan."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .records import Plan
+from .roles import PlanningContext, Verdict
+
+#: ``profiler(workload_path, candidate_source, world_size=..., device=...) -> dict`` (a Profile's to_dict()).
+Profiler = Callable[..., dict]
+
+
+class Verifier:
+    def __init__(self, evaluator, profiler: Profiler | None = None, policy: str = "new_best"):
+        self.evaluator = evaluator
+        self.profiler = profiler
+        self.policy = policy
+
+    def verify(self, code: str, plan: Plan, ctx: PlanningContext) -> Verdict:
+        result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size)
+        evaluation = result.to_dict()
+        profile = None
+        if result.correct and self._should_profile(result, ctx):
+            profile = self.profiler(ctx.spec.workload, code, world_size=ctx.spec.world_size, device=ctx.spec.device)
+        return Verdict(status=result.status, evaluation=evaluation, profile=profile, feedback=feedback(result, profile, ctx))
+
+    def _should_profile(self, result, ctx: PlanningContext) -> bool:
+        if self.profiler is None or self.policy == "none":
+            return False
+        if self.policy == "every_correct":
+            return True
+        best = ctx.best
+        return best is None or (result.timing is not None and result.timing.candidate_ms < (best.candidate_ms or float("inf")))
+
+
+def feedback(result, profile: dict | None, ctx: PlanningContext) -> str:
+    """A few lines for the planner: what happened, how it compares, what bounds it."""
+    lines = [result.summary()]
+    best = ctx.best
+    if result.correct and result.timing:
+        if best is None:
+            lines.append("first correct candidate of this job")
+        elif result.timing.candidate_ms < best.candidate_ms:
+            lines.append(f"new best: {best.candidate_ms / result.timing.candidate_ms:.3f}x faster than step {best.index}")
+        else:
+            lines.append(f"not better than step {best.index} ({best.candidate_ms:.4g} ms)")
+        roof = result.roofline
+        if roof:
+            lines.append(
+                f"roofline: floor {roof.floor_ms:.4g} ms ({roof.dominant}-bound), candidate at "
+                f"{100 * (roof.fraction_of_floor or 0):.0f}% of it"
+            )
+    elif result.error:
+        detail = (result.error.traceback or result.error.log_tail or "").strip().splitlines()[-6:]
+        if detail:
+            lines.append("last lines of the error:\n" + "\n".join(detail))
+    if profile and profile.get("summary"):
+        summary = profile["summary"]
+        lines.extend(summary if isinstance(summary, list) else [str(summary)])
+    return "\n".join(lines)

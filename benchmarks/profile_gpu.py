@@ -1,0 +1,127 @@
+"""Profile suite references (and candidates) on a GPU machine; print the summaries, keep the
+profiles as JSON, and measure what profiling adds to the evaluation of a candidate.
+
+On an ``nvidia-h200-x4`` machine, for example::
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
+        python benchmarks/profile_gpu.py --world-size 4 --ranks 0 all --out results/profiles/h200x4
+
+    # a candidate too (WORKLOAD=FILE, repeatable):
+    python benchmarks/profile_gpu.py --world-size 2 --candidate tp_allgather_gemm=cand.py --out ...
+
+For each workload it times the reference with the evaluator (``Evaluator.baseline``; a
+candidate: ``Evaluator.evaluate``), then runs ``profile()`` once per ``--ranks`` setting, and
+writes ``<workload>.<reference|candidate>.ranks-<setting>.json`` (the full ``Profile``, the
+evaluation's seconds and this command) and ``summary.md`` (the cost table and every summary).
+``--device cpu --shapes ci`` runs the same on a CPU machine as a dry run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+# NVLink multicast stays off in everything this starts (shared/HARDWARE.md).
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ[_name] = _value
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kloom.suite import find  # noqa: E402
+from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
+from services.worker.profiler import Profile, ProfileSettings, profile  # noqa: E402
+
+#: Compute-bound (GEMM next to a collective), HBM-bound (norms, cross-entropy) and link-bound
+#: (a large all-reduce) references from kloom's suite.
+DEFAULT_WORKLOADS = (
+    "tp_allgather_gemm",
+    "tp_gemm_reducescatter",
+    "sp_reducescatter_rmsnorm_allgather",
+    "vocab_parallel_cross_entropy",
+    "all_reduce_large",
+)
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help="comma-separated suite names or files")
+    parser.add_argument("--candidate", action="append", default=[], metavar="WORKLOAD=FILE", help="also profile this candidate")
+    parser.add_argument("--ranks", nargs="+", default=["0"], help="ncu rank settings to compare, e.g. 0 all")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--shapes", default=None, help="shape profile (default: gpu on cuda, ci on cpu)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="hard limit per profiling launch, seconds")
+    parser.add_argument("--out", required=True, help="directory for the JSON profiles and summary.md")
+    return parser.parse_args(argv)
+
+
+def _evaluate(device: str, shapes: str, path: str, world_size: int, candidate: str | None) -> dict:
+    settings = EvalSettings.for_device(device, shapes=shapes)
+    with Evaluator(device, settings) as evaluator:
+        if candidate is None:
+            result = evaluator.baseline(path, world_size=world_size)
+            return {"status": result.status, "seconds": result.phase_seconds.get("total", 0.0), "ms": result.reference_ms}
+        result = evaluator.evaluate(path, candidate, world_size=world_size)
+        ms = result.timing.candidate_ms if result.timing else None
+        return {"status": result.status, "seconds": result.phase_seconds.get("total", 0.0), "ms": ms, "summary": result.summary()}
+
+
+def _row(name: str, who: str, ranks: str, p: Profile, evaluation: dict) -> str:
+    compute = p.top(1, communication=False)
+    bound = f"{compute[0].bottleneck or '-'} ({compute[0].share:.0%})" if compute else "-"
+    comm = f"{p.communication_share:.0%}" if p.communication_share is not None else "-"
+    exposed = f"{p.exposed_communication_share:.0%}" if p.exposed_communication_share is not None else "-"
+    phases = " + ".join(f"{k} {v:.1f}" for k, v in p.phase_seconds.items())
+    ratio = f"{p.seconds / evaluation['seconds']:.2f}x" if evaluation.get("seconds") else "-"
+    return f"| {name} | {who} | {ranks} | {p.status}/{p.tool} | {p.seconds:.1f} ({phases}) | {evaluation.get('seconds', 0):.1f} | {ratio} | {bound} | {comm} | {exposed} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    shapes = args.shapes or ("gpu" if args.device == "cuda" else "ci")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/profile_gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    candidates = dict(c.split("=", 1) for c in args.candidate)
+    jobs: list[tuple[str, str, str | None]] = []
+    for name in [w.strip() for w in args.workloads.split(",") if w.strip()]:
+        path = find(name).path
+        jobs.append((name, path, None))
+        if name in candidates:
+            jobs.append((name, path, candidates[name]))
+    rows, texts = [], []
+    for name, path, candidate in jobs:
+        who = "candidate" if candidate else "reference"
+        started = time.monotonic()
+        evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
+        source = Path(candidate).read_text() if candidate else None
+        for ranks in args.ranks:
+            settings = ProfileSettings.for_device(args.device, shapes=shapes, ranks=ranks, timeout_s=args.timeout, candidates="every_correct")
+            p = profile(path, source, world_size=args.world_size, device=args.device, settings=settings)
+            record = {"command": command, "workload": name, "who": who, "world_size": args.world_size, "ranks": ranks, "evaluation": evaluation, "profile": p.to_dict()}
+            (out / f"{name}.{who}.ranks-{ranks.replace(',', '_')}.json").write_text(json.dumps(record, indent=1))
+            rows.append(_row(name, who, ranks, p, evaluation))
+            header = f"## {name} ({who}, world size {args.world_size}, ncu ranks {ranks}): {p.status}/{p.tool}, {p.seconds:.1f} s"
+            texts.append(f"{header}\n\n```\n{p.summary}\n```\n")
+            print(header)
+            print(p.summary, flush=True)
+        print(f"[{name} {who}: {time.monotonic() - started:.0f} s in all]\n", flush=True)
+    table = [
+        "| workload | who | ncu ranks | status/tool | profile s (phases) | evaluation s | profile/evaluation | top compute kernel: bound (share) | communication | exposed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    report = [f"# Profiles at world size {args.world_size} ({args.device}, shapes {shapes})", "", "```", command, "```", "", *table, "", *texts]
+    (out / "summary.md").write_text("\n".join(report))
+    print("\n".join(table))
+    print(f"\nwrote {out}/summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Batch runs over a benchmark suite, their reports and comparisons."""

@@ -1,0 +1,243 @@
+"""The batch report: per-workload results and the aggregates (correctness, fast_p, geometric-mean
+speedup, fraction of the roofline floor, GPU time, LLM cost), as JSON, Markdown and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from agents.records import Trajectory
+
+from .runner import load_trajectories
+
+FAST_P = (1.0, 1.2, 1.5, 2.0)
+REPORT_VERSION = 1
+
+
+def fast_p(rows: list[dict], p: float) -> float:
+    """KernelBench's fast_p: the share of *all* workloads that are correct and faster than p x baseline."""
+    if not rows:
+        return 0.0
+    return sum(1 for r in rows if r["correct"] and (r["speedup"] or 0.0) > p) / len(rows)
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _bottleneck(traj: Trajectory) -> str:
+    """What the best (or last) step's profile says bounds the kernel, in a line."""
+    best = traj.best_step
+    for step in ([best] if best else []) + list(reversed(traj.steps)):
+        profile = step.profile if step else None
+        if profile and profile.get("summary"):
+            summary = profile["summary"]
+            return " ".join(summary) if isinstance(summary, list) else str(summary)
+    roofline = (traj.analysis or {})
+    if roofline.get("dominant"):
+        return f"no profile; the roofline says {roofline['dominant']}-bound"
+    return "no profile recorded"
+
+
+def report_row(traj: Trajectory) -> dict[str, Any]:
+    """One workload's line of a batch report (shared by `kloom bench` and the API)."""
+    best = traj.best_step
+    speedup = traj.best_speedup
+    baseline = traj.baseline or {}
+    roofline = baseline.get("roofline") or {}
+    ws = traj.job.world_size
+    seconds = (baseline.get("phase_seconds") or {}).get("total", 0.0)
+    seconds += sum(s.seconds.get("verify", 0.0) for s in traj.steps)
+    return {
+        "workload": traj.workload_name,
+        "family": traj.workload_family,
+        "state": traj.state,
+        "stop_reason": traj.stop_reason,
+        "steps": len(traj.steps),
+        "correct": best is not None,
+        "baseline_ms": baseline.get("reference_ms"),
+        "best_ms": best.candidate_ms if best else None,
+        "speedup": speedup,
+        "floor_ms": roofline.get("floor_ms"),
+        "dominant": roofline.get("dominant"),
+        "fraction_of_floor": best.fraction_of_floor if best else None,
+        "baseline_fraction_of_floor": roofline.get("reference_fraction"),
+        "strategy": best.plan.strategy if best else None,
+        "cost_usd": traj.usage.cost_usd,
+        "tokens": traj.usage.tokens,
+        "gpu_seconds": seconds * ws if traj.job.device == "cuda" else 0.0,
+        "wall_seconds": seconds,
+        "flags": sorted({f for s in traj.steps if s.correct for f in (s.evaluation or {}).get("flags", [])}),
+        "bottleneck": _bottleneck(traj),
+    }
+
+
+def build_report(out: str | Path) -> dict[str, Any]:
+    """The report of the batch in ``out`` (from its saved trajectories)."""
+    out = Path(out)
+    settings = json.loads((out / "batch.json").read_text()) if (out / "batch.json").is_file() else {}
+    trajectories = load_trajectories(out)
+    rows = sorted((report_row(t) for t in trajectories), key=lambda r: (r["family"], r["workload"]))
+    left_out = json.loads((out / "left_out.json").read_text()) if (out / "left_out.json").is_file() else []
+    correct = [r for r in rows if r["correct"]]
+    fractions = [r["fraction_of_floor"] for r in correct if r["fraction_of_floor"]]
+    costs = [r["cost_usd"] for r in rows]
+    environment = {}
+    for t in trajectories:
+        environment = (t.baseline or {}).get("environment") or environment
+        if environment:
+            break
+    aggregate = {
+        "workloads": len(rows),
+        "finished": sum(1 for r in rows if r["state"] in ("succeeded", "failed", "stopped", "cancelled")),
+        "correct": len(correct),
+        "correctness_rate": len(correct) / len(rows) if rows else 0.0,
+        "fast_p": {str(p): fast_p(rows, p) for p in FAST_P},
+        "geomean_speedup": geomean([r["speedup"] for r in correct]),
+        "median_fraction_of_floor": statistics.median(fractions) if fractions else None,
+        "total_gpu_hours": sum(r["gpu_seconds"] for r in rows) / 3600,
+        "total_llm_cost_usd": None if any(c is None for c in costs) else sum(costs),
+        "total_tokens": sum(r["tokens"] for r in rows),
+    }
+    below_half = [
+        {"workload": r["workload"], "fraction_of_floor": r["fraction_of_floor"], "dominant": r["dominant"], "bottleneck": r["bottleneck"]}
+        for r in rows
+        if r["correct"] and r["fraction_of_floor"] is not None and r["fraction_of_floor"] < 0.5
+    ]
+    return {
+        "version": REPORT_VERSION,
+        "settings": settings,
+        "environment": environment,
+        "aggregate": aggregate,
+        "rows": rows,
+        "below_half_of_floor": below_half,
+        "left_out": left_out,
+    }
+
+
+def _fmt(value, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    s, a = report["settings"], report["aggregate"]
+    env = report.get("environment") or {}
+    lines = [
+        f"# Batch report: {Path(s.get('suite', '?')).name} at world size {s.get('world_size')} on {s.get('device')}"
+        + (f" ({env.get('gpu')})" if env.get("gpu") else ""),
+        "",
+        f"Strategist: {s.get('strategist')}; at most {s.get('max_iters')} candidates per workload.",
+        "",
+        "| aggregate | value |",
+        "|---|---|",
+        f"| workloads | {a['workloads']} ({a['finished']} finished) |",
+        f"| correct (best kernel correct on every rank) | {a['correct']} ({100 * a['correctness_rate']:.0f}%) |",
+    ]
+    lines += [f"| fast_{p} | {a['fast_p'][p]:.2f} |" for p in a["fast_p"]]
+    lines += [
+        f"| geometric-mean speedup (correct workloads) | {_fmt(a['geomean_speedup'], '.3f')}x |",
+        f"| median fraction of the roofline floor | {_fmt(a['median_fraction_of_floor'] and 100 * a['median_fraction_of_floor'], '.1f')}% |",
+        f"| GPU time | {a['total_gpu_hours']:.3f} GPU-hours |",
+        f"| LLM cost | {'unknown (a model without a price)' if a['total_llm_cost_usd'] is None else '$%.4f' % a['total_llm_cost_usd']} ({a['total_tokens']} tokens) |",
+        "",
+        "| workload | family | baseline ms | best ms | speedup | floor ms | % of floor | correct | strategy | state |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['workload']} | {r['family']} | {_fmt(r['baseline_ms'], '.4g')} | {_fmt(r['best_ms'], '.4g')} | "
+            f"{_fmt(r['speedup'], '.3f')} | {_fmt(r['floor_ms'], '.3g')} | "
+            f"{_fmt(r['fraction_of_floor'] and 100 * r['fraction_of_floor'], '.1f')} | {'yes' if r['correct'] else 'NO'} | "
+            f"{r['strategy'] or '-'} | {r['state']} |"
+        )
+    if report["below_half_of_floor"]:
+        lines += ["", "## Under 50% of the roofline floor, and what bounds them", ""]
+        for b in report["below_half_of_floor"]:
+            lines.append(f"- **{b['workload']}** ({100 * b['fraction_of_floor']:.1f}% of a {b['dominant']}-bound floor): {b['bottleneck']}")
+    failed = [r for r in report["rows"] if not r["correct"]]
+    if failed:
+        lines += ["", "## Without a correct kernel", ""]
+        lines += [f"- **{r['workload']}**: {r['stop_reason']}" for r in failed]
+    if report["left_out"]:
+        lines += ["", "## Left out of this batch", ""]
+        lines += [f"- {x['workload']}: {x['reason']}" for x in report["left_out"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], out: str | Path) -> list[Path]:
+    """fast_p curve (p from 0 to 3) and per-workload speedups, as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    rows = report["rows"]
+    paths = []
+    ps = [i / 100 for i in range(0, 301)]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ps, [fast_p(rows, p) for p in ps], color="#2563eb")
+    ax.axvline(1.0, color="#9ca3af", linestyle="--", linewidth=1)
+    ax.set_xlabel("p (speedup threshold over the reference)")
+    ax.set_ylabel("fast_p (share of all workloads)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("fast_p")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "fast_p.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.28 * len(rows) + 1)))
+    names = [r["workload"] for r in rows]
+    values = [r["speedup"] or 0.0 for r in rows]
+    colors = ["#16a34a" if r["correct"] and (r["speedup"] or 0) > 1 else "#dc2626" if not r["correct"] else "#f59e0b" for r in rows]
+    ax.barh(names, values, color=colors)
+    ax.axvline(1.0, color="#111827", linewidth=1)
+    ax.set_xlabel("best speedup over the PyTorch + NCCL reference")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "speedups.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def write_report(out: str | Path, plots: bool = True) -> dict[str, Any]:
+    out = Path(out)
+    report = build_report(out)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(to_markdown(report))
+    if plots and report["rows"]:
+        try:
+            plot(report, out)
+        except ImportError:
+            pass
+    return report
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """What changed from report ``a`` to report ``b``: aggregates and per-workload speedups."""
+    agg = {}
+    for key in ("correctness_rate", "geomean_speedup", "median_fraction_of_floor", "total_gpu_hours", "total_llm_cost_usd"):
+        agg[key] = (a["aggregate"].get(key), b["aggregate"].get(key))
+    for p in a["aggregate"]["fast_p"]:
+        agg[f"fast_{p}"] = (a["aggregate"]["fast_p"][p], b["aggregate"]["fast_p"].get(p))
+    rows_a = {r["workload"]: r for r in a["rows"]}
+    rows_b = {r["workload"]: r for r in b["rows"]}
+    workloads = []
+    for name in sorted(set(rows_a) | set(rows_b)):
+        ra, rb = rows_a.get(name), rows_b.get(name)
+        sa = ra["speedup"] if ra and ra["correct"] else None
+        sb = rb["speedup"] if rb and rb["correct"] else None
+        change = "only in A" if rb is None else "only in B" if ra is None else (
+            "newly correct" if sa is None and sb is not None else "lost correctness" if sa is not None and sb is None else
+            "faster" if sa and sb and sb > sa * 1.02 else "slower" if sa and sb and sb < sa / 1.02 else "same"
+        )
+        workloads.append({"workload": name, "speedup_a": sa, "speedup_b": sb, "change": change,
+                          "strategy_a": ra and ra["strategy"], "strategy_b": rb and rb["strategy"]})
+    return {"aggregate": agg, "workloads": workloads}

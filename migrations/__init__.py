@@ -1,0 +1,1 @@
+"""Alembic migrations of the service and knowledge-base tables (one history)."""

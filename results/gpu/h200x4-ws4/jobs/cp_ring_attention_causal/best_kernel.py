@@ -1,0 +1,169 @@
+"""Causal ring attention, forward, with the sequence split into contiguous blocks: rank r holds
+tokens [r*S/n, (r+1)*S/n). KV blocks travel around the ring; a rank attends to the blocks of
+earlier ranks in full, to its own block with the causal mask, and skips later ranks' blocks. The
+contiguous split leaves later ranks with more work, which is the load imbalance zig-zag
+sharding removes. Output: (batch, heads, seq/n, head_dim)."""
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+FAMILY = "context_parallel"
+DESCRIPTION = "Causal ring attention forward over contiguous sequence shards (context-parallel LLM training; load-imbalanced baseline)."
+SOURCE = "zhuzilin/ring-flash-attention ring_flash_attn_func(causal=True); Megatron-LM context parallelism"
+WORLD_SIZES = [2, 4, 8]
+# Late tokens average thousands of random values (outputs O(0.01)), early ones few (O(1)):
+# atol covers the former, rtol the latter.
+TOLERANCE = {torch.bfloat16: (1e-3, 1.6e-2)}
+
+SHAPES = {
+    "ci": dict(batch=1, heads=2, seq=64, head_dim=16, dtype=torch.float32),
+    "gpu": dict(batch=1, heads=32, seq=16384, head_dim=128, dtype=torch.bfloat16),
+}
+P = SHAPES[os.environ.get("KLOOM_SHAPES", "ci")]
+
+
+def attention_with_lse(q, k, v, causal):
+    """Attention of q over one KV block, and the log-sum-exp of its scores, (B, H, Sq) in fp32."""
+    # The public SDPA does not return the log-sum-exp; torch's own context parallelism calls
+    # these ops for the same reason.
+    if not q.is_cuda:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
+    # The flash kernel takes half precision only; the memory-efficient one also takes float32
+    # (its lse may be padded along the queries).
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal)[:2]
+    return out, lse[..., : q.shape[-2]]
+
+
+def pass_along(k, v):
+    """Send this rank's KV block to the next rank of the ring; receive the previous rank's."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    ops = [
+        dist.P2POp(dist.isend, k, (rank + 1) % world),
+        dist.P2POp(dist.isend, v, (rank + 1) % world),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % world),
+        dist.P2POp(dist.irecv, v_next, (rank - 1) % world),
+    ]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    return k_next, v_next
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        out = lse = None
+        for step in range(world):
+            if step:
+                k, v = pass_along(k, v)
+            source = (rank - step) % world  # the rank whose KV block this is
+            if source > rank:
+                continue  # entirely in this rank's future
+            block_out, block_lse = attention_with_lse(q, k, v, causal=source == rank)
+            if out is None:
+                out, lse = block_out.float(), block_lse
+                continue
+            merged = torch.logaddexp(lse, block_lse)
+            out = out * torch.exp(lse - merged).unsqueeze(-1) + block_out.float() * torch.exp(block_lse - merged).unsqueeze(-1)
+            lse = merged
+        return out.to(q.dtype)
+
+
+def get_init_inputs():
+    return []
+
+
+def get_inputs():
+    shape = (P["batch"], P["heads"], P["seq"] // dist.get_world_size(), P["head_dim"])
+    return [torch.randn(shape, dtype=P["dtype"]) for _ in range(3)]
+
+
+def roofline(world_size, inputs):
+    q, k, v = inputs
+    b, h, s_local, d = q.shape
+    rank = dist.get_rank()
+    e = q.element_size()
+    pairs = rank * s_local * s_local + s_local * (s_local + 1) // 2  # unmasked (query, key) pairs
+    return {
+        "flops": 4 * b * h * d * pairs,
+        # q read and the output written once; the K/V blocks of this rank and earlier ones read once
+        "hbm_bytes": e * (2 * q.numel() + (k.numel() + v.numel()) * (rank + 1)),
+        # this rank's KV block is needed by the ranks after it only
+        "link_bytes": e * (k.numel() + v.numel()) * (world_size - 1 - rank),
+        "dtype": "bf16" if q.dtype == torch.bfloat16 else "fp32",
+    }
+
+
+# ---- kloom offline strategist: cuda_graph ----
+import torch as _kl_torch
+from torch.utils import _pytree as _kl_pytree
+
+
+def _kloom_key(args):
+    return tuple(
+        (tuple(a.shape), a.dtype, a.device, a.stride()) if isinstance(a, _kl_torch.Tensor) else ("value", repr(a))
+        for a in args
+    )
+
+
+def _kloom_clone_inputs(args):
+    return [a.clone() if isinstance(a, _kl_torch.Tensor) else a for a in args]
+
+
+def _kloom_capture(fn, args, warmup):
+    """Warm ``fn`` up on a side stream (compiling and allocating what it needs), then capture one
+    call on static copies of the inputs in a CUDA graph. Every rank captures the same calls, so
+    collectives inside are captured on all ranks together."""
+    static = _kloom_clone_inputs(args)
+    side = _kl_torch.cuda.Stream()
+    side.wait_stream(_kl_torch.cuda.current_stream())
+    with _kl_torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(*_kloom_clone_inputs(args))
+    _kl_torch.cuda.current_stream().wait_stream(side)
+    _kl_torch.cuda.synchronize()
+    graph = _kl_torch.cuda.CUDAGraph()
+    with _kl_torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = fn(*static)
+    return graph, static, out
+
+
+def _kloom_replay(entry, args, mutated):
+    """Copy this call's inputs into the graph's static buffers, replay, copy back the inputs the
+    reference modifies in place, and return fresh copies of the outputs (the graph reuses its
+    buffers on the next call)."""
+    graph, static, out = entry
+    for buffer, arg in zip(static, args):
+        if isinstance(buffer, _kl_torch.Tensor):
+            buffer.copy_(arg)
+    graph.replay()
+    for i in mutated:
+        args[i].copy_(static[i])
+    return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)
+
+
+class ModelNew(Model):
+    """The reference's computation, replayed from a whole-step CUDA graph."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kloom_graphs = {}
+        self._kloom_streams = []
+        self._kloom_fn = self._kloom_eager
+
+    def _kloom_eager(self, *args):
+        return super().forward(*args)
+
+    def forward(self, *args):
+        if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
+            return self._kloom_fn(*args)
+        key = _kloom_key(args)
+        entry = self._kloom_graphs.get(key)
+        if entry is None:
+            entry = self._kloom_graphs[key] = _kloom_capture(self._kloom_fn, args, warmup=3)
+        return _kloom_replay(entry, list(args), [])

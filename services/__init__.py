@@ -1,0 +1,1 @@
+"""kloom's service processes: the REST API and the GPU workers."""

@@ -1,0 +1,214 @@
+"""Request and response bodies, split by direction: ``XCreate`` comes in, ``XPublic`` goes out,
+``XsPublic{data, count}`` is a page of a list."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: ``cpu``, or ``cuda`` with an optional GPU model and count: ``cuda-h200x4``, ``cuda-h100x1``.
+DEVICE_KIND_PATTERN = r"^(cpu|cuda(-[a-z0-9]+x[0-9]+)?)$"
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "stopped"]
+
+
+class JobSettings(BaseModel):
+    """What a job or a batch runs with (everything but the workload)."""
+
+    world_size: int = Field(ge=1, description="Number of ranks.")
+    device_kind: str = Field("cpu", pattern=DEVICE_KIND_PATTERN, description="The queue that runs it: cpu or cuda-<gpu>x<count>.")
+    strategist: str = Field("offline", min_length=1, max_length=200, description='"offline", or an LLM model name that litellm knows.')
+    shapes: Literal["ci", "gpu"] | None = Field(None, description="Shape profile (default: ci on cpu, gpu on cuda).")
+    max_iters: int = Field(8, ge=1, description="Steps at most.")
+    max_wall_s: float | None = Field(None, gt=0, description="Wall time at most, in seconds.")
+    max_tokens: int | None = Field(None, gt=0, description="Model tokens at most.")
+    budget_usd: float | None = Field(None, ge=0, description="Model cost at most, in US dollars.")
+    use_kb: bool = Field(True, description="Let the knowledge base advise the planner.")
+
+    def limits(self) -> dict[str, Any]:
+        return {"max_iters": self.max_iters, "max_wall_s": self.max_wall_s, "max_tokens": self.max_tokens, "budget_usd": self.budget_usd}
+
+
+class JobCreate(JobSettings):
+    """A job submission (multipart form): a workload file in ``workload_file``, or ``workload``."""
+
+    workload: str | None = Field(None, max_length=200, description="Name of a workload of the built-in suite (instead of a file).")
+
+
+class Limits(BaseModel):
+    max_iters: int
+    max_wall_s: float | None = None
+    max_tokens: int | None = None
+    budget_usd: float | None = None
+
+
+class JobPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    state: JobState
+    stop_reason: str
+    workload_name: str
+    workload_family: str
+    workload_sha256: str
+    world_size: int
+    device_kind: str
+    shapes: str | None
+    strategist: str
+    limits: Limits
+    batch_id: str | None
+    attempts: int
+    worker_id: str | None
+    cancel_requested: bool
+    num_steps: int
+    best_step_index: int | None
+    best_speedup: float | None
+    best_fraction_of_floor: float | None
+    cost_usd: float | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    updated_at: dt.datetime
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="Jobs matching the filter, over all pages.")
+
+
+class StepPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    index: int
+    status: str
+    speedup: float | None
+    created_at: dt.datetime
+    data: dict[str, Any] = Field(description="The step record (agents.records.Step).")
+
+
+class StepsPublic(BaseModel):
+    data: list[StepPublic]
+    count: int = Field(description="Steps recorded for the job in all.")
+
+
+class BestKernel(BaseModel):
+    job_id: str
+    step_index: int
+    strategy: str
+    speedup: float | None
+    candidate_ms: float | None
+    fraction_of_floor: float | None
+    candidate_sha256: str
+    code: str
+
+
+class WorkloadSource(BaseModel):
+    name: str
+    sha256: str
+    source: str
+
+
+class BatchCreate(JobSettings):
+    suite: str = Field("kloom", max_length=200, description="Suite name: kloom (built in) or an imported suite.")
+
+
+class BatchWorkload(BaseModel):
+    """One workload of a batch: its job and how far it got."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    job_id: str
+    workload_name: str
+    workload_family: str
+    state: JobState
+    stop_reason: str
+    num_steps: int
+    best_speedup: float | None
+    best_fraction_of_floor: float | None
+    cost_usd: float | None
+
+
+class BatchSummary(BaseModel):
+    """Aggregates over the batch's jobs so far (the full report comes from ``kloom.batch``)."""
+
+    total: int
+    finished: int
+    by_state: dict[str, int]
+    correct: int = Field(description="Jobs with a correct kernel.")
+    fast_1: float | None = Field(description="Share of all workloads with a correct kernel faster than the reference.")
+    geomean_speedup: float | None = Field(description="Geometric mean speedup over workloads with a correct kernel.")
+    median_fraction_of_floor: float | None
+    cost_usd: float
+
+
+class BatchPublic(BaseModel):
+    id: str
+    suite: str
+    settings: dict[str, Any]
+    created_at: dt.datetime
+    summary: BatchSummary
+    workloads: list[BatchWorkload] | None = Field(None, description="Per-workload progress (on GET of one batch).")
+
+
+class BatchesPublic(BaseModel):
+    data: list[BatchPublic]
+    count: int
+
+
+class WorkerPublic(BaseModel):
+    id: str
+    hostname: str
+    queues: list[str]
+    gpus: list[dict[str, Any]]
+    profile: str
+    started_at: dt.datetime
+    last_heartbeat: dt.datetime
+    stopped_at: dt.datetime | None
+    alive: bool
+
+
+class WorkersPublic(BaseModel):
+    data: list[WorkerPublic]
+    count: int
+
+
+class ApiKeyCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200, description="Who the key is for.")
+    admin: bool = Field(False, description="Whether it may manage keys.")
+
+
+class ApiKeyPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    prefix: str
+    is_admin: bool
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+class ApiKeyCreated(ApiKeyPublic):
+    key: str = Field(description="The key itself: shown this once, stored only as a hash.")
+
+
+class ApiKeysPublic(BaseModel):
+    data: list[ApiKeyPublic]
+    count: int
+
+
+class Check(BaseModel):
+    ok: bool
+    error: str = ""
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: Check
+    broker: Check
+    workers_alive: int
+
+
+class Message(BaseModel):
+    detail: str

@@ -1,0 +1,164 @@
+"""Run-time integrity checks inside a rank process.
+
+At start-up, before any candidate code is imported, the rank records the identity of every
+public function of the modules a candidate could patch to fool the evaluator (timers, CUDA
+events, collectives, tensor methods) and the process-wide numeric settings. After each step that
+ran candidate code it compares them, and looks for child processes left running: any difference
+is a reason to reject the candidate and rebuild the rank pool. (Python threads are kept out of
+candidates by the static checker; torch's own compile threads would make a run-time thread
+check cry wolf.)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+_WATCHED_MODULES = {
+    "time": time,
+    "torch": torch,
+    "torch.cuda": torch.cuda,
+    "torch.distributed": dist,
+    "torch.nn.functional": F,
+    "torch.Tensor": torch.Tensor,
+    "torch.nn.Module": torch.nn.Module,
+    "torch.cuda.Event": torch.cuda.Event,
+    "torch.cuda.Stream": torch.cuda.Stream,
+    "torch.testing": torch.testing,
+    "os": os,
+}
+
+
+#: Deprecated aliases whose mere inspection warns.
+_SKIP = {"reduce_op"}
+
+
+def _numeric_settings() -> dict[str, object]:
+    settings = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": torch.get_default_dtype(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": (
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": (
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
+    }
+    return settings
+
+
+def _identities() -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for modname, obj in _WATCHED_MODULES.items():
+        namespace = vars(obj)
+        for attr, value in list(namespace.items()):
+            if attr in _SKIP:
+                continue
+            if attr.startswith("__") and attr not in ("__call__", "__init__", "__new__"):
+                continue
+            if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
+                ids[f"{modname}.{attr}"] = id(value)
+    return ids
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _defined_in_torch(obj) -> bool:
+    """Whether ``obj``'s code lives in torch's own package: torch replaces some of its functions
+    lazily (torch.compile wraps ``torch.manual_seed`` and ``nn.Module.__init__``), which is not a
+    candidate patching them. A candidate cannot make its own code appear to come from there
+    without editing code objects, which the static checker rejects."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    code = getattr(target, "__code__", None)
+    filename = code.co_filename if code is not None else None
+    if filename is None:
+        try:
+            filename = inspect.getfile(target)
+        except TypeError:
+            return False
+    return os.path.abspath(filename).startswith(_TORCH_DIR + os.sep)
+
+
+def _current(modname: str, attr: str):
+    return vars(_WATCHED_MODULES[modname]).get(attr)
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Live child processes of ``pid`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    children: list[int] = []
+    task_dir = f"/proc/{pid}/task"
+    try:
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/children") as fh:
+                    children.extend(int(c) for c in fh.read().split())
+            except OSError:
+                continue
+    except OSError:
+        return []
+    alive = []
+    for child in children:
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(child)
+    return alive
+
+
+@dataclass
+class Snapshot:
+    identities: dict[str, int] = field(default_factory=_identities)
+    numerics: dict[str, object] = field(default_factory=_numeric_settings)
+    children: set[int] = field(default_factory=lambda: set(child_pids()))
+
+    def violations(self) -> list[str]:
+        """What changed since the snapshot, restoring numeric settings as it goes."""
+        found: list[str] = []
+        now = _identities()
+        patched = sorted(
+            k
+            for k, v in self.identities.items()
+            if now.get(k, v) != v and not _defined_in_torch(_current(*k.rsplit(".", 1)))
+        )
+        if patched:
+            shown = ", ".join(patched[:5]) + (" ..." if len(patched) > 5 else "")
+            found.append(f"patched library functions: {shown}")
+        numerics = _numeric_settings()
+        changed = sorted(k for k, v in self.numerics.items() if numerics[k] != v)
+        if changed:
+            found.append(f"changed process-wide numeric settings: {', '.join(changed)}")
+            self.restore_numerics()
+        kids = [pid for pid in child_pids() if pid not in self.children]
+        if kids:
+            found.append(f"left {len(kids)} child process(es) running (pids {', '.join(map(str, kids[:5]))})")
+        return found
+
+    def restore_numerics(self) -> None:
+        n = self.numerics
+        torch.set_float32_matmul_precision(n["float32_matmul_precision"])
+        torch.set_default_dtype(n["default_dtype"])
+        torch.use_deterministic_algorithms(n["deterministic"])
+        torch.set_grad_enabled(n["grad_enabled"])
+        torch.backends.cudnn.allow_tf32 = n["cudnn.allow_tf32"]
+        torch.backends.cuda.matmul.allow_tf32 = n["cuda.matmul.allow_tf32"]
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = n[
+            "cuda.matmul.allow_fp16_reduced_precision_reduction"
+        ]
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = n[
+            "cuda.matmul.allow_bf16_reduced_precision_reduction"
+        ]

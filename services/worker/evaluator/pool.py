@@ -1,0 +1,297 @@
+"""A pool of N rank processes, started once and reused across candidates.
+
+The pool process (the worker, or the CLI) never imports candidate code. It talks to each rank
+over an authenticated Unix socket, enforces a deadline on every command, notices a rank that
+died, and kills the whole pool (each rank's process group, with anything it forked) when a
+rank hangs or crashes, so that the caller never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener, wait
+from typing import Any
+
+from . import sandbox
+from .protocol import recv_reply, send_command
+from .settings import EvalSettings
+
+#: After one rank reports an error, how long the others get to answer before they are taken
+#: as stuck (typically waiting in a collective for the rank that failed).
+ERROR_GRACE_S = 5.0
+
+
+class PoolFailure(Exception):
+    """The pool cannot go on: a rank died, or did not answer in time."""
+
+    def __init__(self, kind: str, message: str, rank: int | None = None, log_tail: str = ""):
+        super().__init__(message)
+        self.kind = kind  # "crashed" | "timeout" | "start"
+        self.rank = rank
+        self.log_tail = log_tail
+
+
+@dataclass
+class Replies:
+    by_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+
+    def errors(self) -> list[tuple[int, dict]]:
+        return [(r, rep["error"]) for r, rep in sorted(self.by_rank.items()) if not rep.get("ok")]
+
+    def violations(self) -> list[tuple[int, str]]:
+        return [(r, v) for r, rep in sorted(self.by_rank.items()) for v in rep.get("violations", [])]
+
+
+class RankPool:
+    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None):
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        self.world_size = world_size
+        self.device = device
+        self.settings = settings
+        self.devices = list(devices) if devices is not None else list(range(world_size))
+        if device == "cuda" and len(self.devices) < world_size:
+            raise ValueError(f"world size {world_size} needs {world_size} GPUs; {len(self.devices)} given")
+        self.procs: list[subprocess.Popen] = []
+        self.conns: dict[int, Connection] = {}
+        self.workdir: str | None = None
+        self.environment: dict[str, Any] = {}
+        self.started_at = 0.0
+        self.starts = 0
+        self.isolation: sandbox.PoolIsolation | None = None
+
+    # Life cycle -------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return bool(self.procs) and all(p.poll() is None for p in self.procs)
+
+    def start(self) -> None:
+        self.kill()
+        self.starts += 1
+        self.started_at = time.monotonic()
+        self.workdir = tempfile.mkdtemp(prefix="kloom-pool-")
+        os.chmod(self.workdir, 0o700)
+        address = os.path.join(self.workdir, "pool.sock")
+        authkey = secrets.token_bytes(32)
+        listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        try:
+            self._spawn(address, authkey)
+            self._accept(listener, self.settings.start_timeout_s)
+        except BaseException:
+            listener.close()
+            self.kill()
+            raise
+        listener.close()
+
+    def _spawn(self, address: str, authkey: bytes) -> None:
+        """Start every rank through the sandbox's launcher (``sandbox.py``), one at a time: rank 0
+        makes the pool's network namespace, which the others join."""
+        try:
+            self.isolation = sandbox.PoolIsolation(self.settings, self.world_size, self.device, self.workdir)
+            self.isolation.prepare(address)
+        except (sandbox.SandboxError, OSError) as exc:
+            raise PoolFailure("start", f"cannot set up the ranks' sandbox: {exc}") from exc
+        cache = self.isolation.cache_dir()
+        for rank in range(self.world_size):
+            env = sandbox.rank_environment(
+                self.workdir,
+                {
+                    "KLOOM_RANK": str(rank),
+                    "KLOOM_WORLD_SIZE": str(self.world_size),
+                    "KLOOM_DEVICE_KIND": self.device,
+                    "KLOOM_DEVICE_INDEX": str(self.devices[rank] if self.device == "cuda" else 0),
+                    "KLOOM_POOL_SOCKET": address,
+                    "KLOOM_POOL_AUTHKEY": authkey.hex(),
+                    "KLOOM_POOL_STORE": os.path.join(self.workdir, "pg.store"),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.world_size))),
+                },
+                cache_dir=cache,
+            )
+            status_read, status_write = os.pipe()
+            log = open(self._log_path(rank), "wb")
+            try:
+                command = self.isolation.command(rank, status_write, [sandbox.python_executable(), "-m", "services.worker.evaluator.rank"])
+                proc = subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=self.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(status_write,),
+                )
+            except BaseException:
+                os.close(status_read)
+                raise
+            finally:
+                log.close()
+                os.close(status_write)
+            self.procs.append(proc)
+            try:
+                self.isolation.started(rank, proc.pid, status_read, self.settings.start_timeout_s)
+            except sandbox.SandboxError as exc:
+                raise PoolFailure("start", str(exc), rank, self._log_tail(rank)) from exc
+
+    def _accept(self, listener: Listener, timeout: float) -> None:
+        accepted: list[Connection] = []
+
+        def accept_all() -> None:
+            for _ in range(self.world_size):
+                try:
+                    accepted.append(listener.accept())
+                except (OSError, EOFError):
+                    return
+                except Exception:  # a client that failed authentication
+                    return
+
+        thread = threading.Thread(target=accept_all, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while thread.is_alive() and time.monotonic() < deadline:
+            self._raise_if_dead(set(range(self.world_size)), "start")
+            thread.join(0.1)
+        if thread.is_alive():
+            listener.close()
+            raise PoolFailure("timeout", f"rank processes did not connect within {timeout:.0f} s", log_tail=self._log_tail(0))
+        pending = {id(c): c for c in accepted}
+        while pending and time.monotonic() < deadline:
+            for conn in wait(list(pending.values()), timeout=0.2):
+                try:
+                    hello = recv_reply(conn)
+                except (EOFError, OSError, ValueError) as exc:
+                    raise PoolFailure("start", f"a rank process failed while starting: {exc}") from exc
+                pending.pop(id(conn))
+                rank = hello["rank"]
+                if not hello.get("ok"):
+                    err = hello["error"]
+                    raise PoolFailure("start", f"rank {rank} failed to start: {err['message']}", rank, err["traceback"])
+                self.conns[rank] = conn
+                self.environment = hello.get("environment", {})
+            self._raise_if_dead(set(range(self.world_size)) - set(self.conns), "start")
+        if pending:
+            raise PoolFailure("timeout", f"rank processes did not join the process group within {timeout:.0f} s")
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Ask the ranks to exit, then kill what is left."""
+        for conn in self.conns.values():
+            try:
+                send_command(conn, {"op": "exit"})
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill every rank and everything it started; remove the private directory."""
+        if self.isolation is not None:
+            # The pool's cgroup holds what left the process groups too.
+            self.isolation.release()
+            self.isolation = None
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        for conn in self.conns.values():
+            conn.close()
+        self.procs, self.conns = [], {}
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    # Requests ---------------------------------------------------------------------------------
+    def request(self, op: str, args: dict | None = None, *, timeout: float, per_rank: dict[int, dict] | None = None) -> Replies:
+        """Send one command to every rank and gather the replies within ``timeout`` seconds.
+
+        Raises ``PoolFailure`` when a rank dies, or when no rank reported an error and some did
+        not answer in time. When a rank reports an error and others then stay silent, the
+        silent ones are listed in ``missing`` (they are stuck waiting for the failed rank).
+        """
+        if not self.alive:
+            raise PoolFailure("crashed", "the rank pool is not running")
+        for rank, conn in self.conns.items():
+            payload = dict(args or {})
+            if per_rank and rank in per_rank:
+                payload.update(per_rank[rank])
+            send_command(conn, {"op": op, "args": payload})
+        replies = Replies()
+        deadline = time.monotonic() + timeout
+        waiting = {conn: rank for rank, conn in self.conns.items()}
+        while waiting:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            for conn in wait(list(waiting), timeout=min(0.2, deadline - now)):
+                rank = waiting.pop(conn)
+                try:
+                    replies.by_rank[rank] = recv_reply(conn)
+                except (EOFError, OSError):
+                    self._raise_if_dead({rank}, op, wait_s=2.0)
+                    raise PoolFailure("crashed", f"rank {rank} closed its connection during {op}", rank, self._log_tail(rank))
+                except ValueError as exc:
+                    raise PoolFailure("crashed", f"rank {rank}: {exc}", rank, self._log_tail(rank)) from exc
+                if not replies.by_rank[rank].get("ok"):
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+            self._raise_if_dead(set(waiting.values()), op)
+        replies.missing = sorted(waiting.values())
+        if replies.missing and not replies.errors():
+            ranks = ", ".join(map(str, replies.missing))
+            raise PoolFailure(
+                "timeout",
+                f"rank(s) {ranks} did not finish {op} within {timeout:.0f} s",
+                replies.missing[0],
+                self._log_tail(replies.missing[0]),
+            )
+        return replies
+
+    # Diagnostics ------------------------------------------------------------------------------
+    def _raise_if_dead(self, ranks: set[int], phase: str, wait_s: float = 0.0) -> None:
+        for rank in sorted(ranks):
+            proc = self.procs[rank]
+            code = proc.poll()
+            if code is None and wait_s:
+                try:
+                    code = proc.wait(wait_s)
+                except subprocess.TimeoutExpired:
+                    code = None
+            if code is not None:
+                how = f"exit code {code}"
+                if code < 0:
+                    try:
+                        how = f"signal {signal.Signals(-code).name}"
+                    except ValueError:
+                        how = f"signal {-code}"
+                raise PoolFailure("crashed", f"rank {rank} died during {phase} ({how})", rank, self._log_tail(rank))
+
+    def _log_path(self, rank: int) -> str:
+        return os.path.join(self.workdir or tempfile.gettempdir(), f"rank{rank}.log")
+
+    def _log_tail(self, rank: int, limit: int = 4000) -> str:
+        try:
+            with open(self._log_path(rank), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - limit))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""

@@ -1,0 +1,224 @@
+"""Typed records the evaluator returns: one ``EvalResult`` per candidate evaluation.
+
+Plain dataclasses (no pydantic) so that the evaluator runs on images with torch alone; every
+record round-trips through ``to_dict`` / ``from_dict`` as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kloom.roofline.model import RooflineRecord
+
+Status = Literal[
+    "correct",
+    "incorrect",
+    "compile_error",
+    "runtime_error",
+    "crashed",
+    "timeout",
+    "rejected",
+    "workload_error",
+]
+#: Statuses after which the rank processes cannot be trusted and are rebuilt.
+POOL_KILLING = frozenset({"runtime_error", "crashed", "timeout", "rejected", "workload_error"})
+RECORD_VERSION = 1
+
+
+@dataclass
+class TimeStats:
+    """Per-rank timing of one function, in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    stdev_ms: float
+    iters: int
+
+    @classmethod
+    def from_samples(cls, samples: list[float]) -> "TimeStats":
+        ordered = sorted(samples)
+        n = len(ordered)
+
+        def q(frac: float) -> float:
+            return ordered[min(n - 1, max(0, round(frac * (n - 1))))]
+
+        return cls(
+            median_ms=statistics.median(ordered),
+            mean_ms=statistics.fmean(ordered),
+            min_ms=ordered[0],
+            max_ms=ordered[-1],
+            p10_ms=q(0.1),
+            p90_ms=q(0.9),
+            stdev_ms=statistics.pstdev(ordered) if n > 1 else 0.0,
+            iters=n,
+        )
+
+    @property
+    def spread(self) -> float:
+        """Relative spread (p90 - p10) / median."""
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
+
+
+@dataclass
+class OutputCheck:
+    """How one rank's outputs in one trial compared with the reference's."""
+
+    rank: int
+    ok: bool
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    mismatched: int = 0
+    numel: int = 0
+    message: str = ""
+
+
+@dataclass
+class TrialRecord:
+    trial: int
+    seed: int
+    phase: Literal["correctness", "post_timing"]
+    ok: bool
+    ranks: list[OutputCheck] = field(default_factory=list)
+
+
+@dataclass
+class ErrorInfo:
+    kind: str
+    message: str
+    rank: int | None = None
+    phase: str = ""
+    traceback: str = ""
+    log_tail: str = ""
+
+
+@dataclass
+class TimingRecord:
+    reference: list[TimeStats]
+    candidate: list[TimeStats]
+    reference_ms: float
+    candidate_ms: float
+    speedup: float
+    reference_after: list[TimeStats] | None = None
+    clock: Literal["cuda_events", "wall"] = "wall"
+
+
+@dataclass
+class EvalResult:
+    """Everything the evaluator says about one candidate on one workload and world size."""
+
+    status: Status
+    workload: str
+    world_size: int
+    device: str
+    candidate_sha256: str = ""
+    workload_sha256: str = ""
+    compiled: bool = False
+    correct: bool = False
+    seeds: list[int] = field(default_factory=list)
+    trials: list[TrialRecord] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    timing: TimingRecord | None = None
+    roofline: RooflineRecord | None = None
+    flags: list[str] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    version: int = RECORD_VERSION
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup if self.timing else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        return _from_dict(cls, data)
+
+    def summary(self) -> str:
+        """One line a person or an agent can read."""
+        if self.status == "correct" and self.timing:
+            line = (
+                f"correct on all {self.world_size} ranks; {self.timing.candidate_ms:.4g} ms vs "
+                f"reference {self.timing.reference_ms:.4g} ms: speedup {self.timing.speedup:.3g}x"
+            )
+            if self.roofline and self.roofline.fraction_of_floor is not None:
+                line += f", {100 * self.roofline.fraction_of_floor:.1f}% of roofline floor"
+        elif self.status == "incorrect":
+            bad = [c for t in self.trials for c in t.ranks if not c.ok]
+            detail = bad[0].message if bad else (self.error.message if self.error else "")
+            line = f"incorrect: {detail}"
+        else:
+            where = ""
+            if self.error and self.error.rank is not None:
+                where = f" on rank {self.error.rank}"
+            message = self.error.message if self.error else ""
+            line = f"{self.status}{where}: {message}"
+        if self.flags:
+            line += f" [flags: {', '.join(self.flags)}]"
+        return line
+
+
+@dataclass
+class BaselineResult:
+    """The reference timed alone (``kloom baseline``)."""
+
+    status: Status
+    workload: str
+    world_size: int
+    device: str
+    workload_sha256: str = ""
+    times: list[TimeStats] = field(default_factory=list)
+    reference_ms: float | None = None
+    roofline: RooflineRecord | None = None
+    error: ErrorInfo | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    version: int = RECORD_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BaselineResult":
+        return _from_dict(cls, data)
+
+
+def _from_dict(cls, data):
+    """Rebuild nested dataclasses from ``asdict`` output."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _convert(tp, value):
+    import types
+    import typing
+
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            if arg is type(None):
+                continue
+            return _convert(arg, value)
+    if origin is list and args:
+        return [_convert(args[0], v) for v in value]
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value)
+    return value

@@ -1,0 +1,103 @@
+"""The timing protocol inside a rank process.
+
+Each timed call: restore mutated inputs, evict the cache, barrier across ranks, start, call,
+synchronise the whole device (so work left on side streams counts), stop. CUDA events on GPUs,
+the monotonic wall clock on the CPU. The number of timed calls is chosen from the warm-up and
+agreed across ranks so that every rank issues the same collectives.
+
+The functions used here are bound at import, before any candidate code is loaded, so a
+candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not change them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_elapsed_time = torch.cuda.Event.elapsed_time
+_record = torch.cuda.Event.record
+_event_sync = torch.cuda.Event.synchronize
+_cuda_sync = torch.cuda.synchronize
+_barrier = dist.barrier
+_all_reduce = dist.all_reduce
+
+
+class Timer:
+    def __init__(self, device: torch.device, flush_bytes: int):
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+        if flush_bytes <= 0:
+            if self.is_cuda:
+                l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+                flush_bytes = 2 * max(l2, 8 << 20)
+            else:
+                flush_bytes = 8 << 20
+        self._flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+
+    def flush(self) -> None:
+        self._flush_buf.fill_(1)
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            _cuda_sync(self.device)
+
+    def barrier(self) -> None:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            if self.is_cuda:
+                _barrier(device_ids=[self.device.index])
+            else:
+                _barrier()
+        self.sync()
+
+    def time_call(self, fn: Callable[[], Any], restore: Callable[[], None] | None) -> float:
+        """One timed call, in milliseconds."""
+        if restore is not None:
+            restore()
+        self.flush()
+        self.barrier()
+        if self.is_cuda:
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(start)
+            fn()
+            _cuda_sync(self.device)
+            _record(end)
+            _event_sync(end)
+            return _elapsed_time(start, end)
+        t0 = _perf_counter()
+        fn()
+        return (_perf_counter() - t0) * 1e3
+
+    def agree_max(self, value: float) -> float:
+        """The largest value over all ranks (each rank passes its own)."""
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        _all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        restore: Callable[[], None] | None,
+        warmup: int,
+        min_iters: int,
+        max_iters: int,
+        budget_s: float,
+    ) -> list[float]:
+        """Warm up, choose the iteration count within the budget, and return the samples (ms)."""
+        # The budget bounds the wall time of the timed loop, flushes and barriers included.
+        n_warm = max(1, warmup)
+        t0 = _perf_counter()
+        for _ in range(n_warm):
+            self.time_call(fn, restore)
+        per_call_s = (_perf_counter() - t0) / n_warm
+        wanted = budget_s / max(per_call_s, 1e-6)
+        iters = int(self.agree_max(float(min(max_iters, max(min_iters, math.ceil(wanted))))))
+        return [self.time_call(fn, restore) for _ in range(iters)]

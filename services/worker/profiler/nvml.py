@@ -1,0 +1,311 @@
+"""NVML (nvidia-ml-py): the GPUs a worker has, and how they behaved while a candidate ran.
+
+``gpu_inventory()`` describes each GPU (model, memory, driver, how it is joined to every other
+GPU) for the worker's heartbeat. ``NvmlSampler`` samples utilisation, memory, clocks, power,
+temperature and NVLink traffic in a background thread during timing, and flags a run whose
+clocks were held back or whose GPU also ran someone else's process.
+
+``pynvml`` is imported lazily; without it, without a driver, or on a CPU machine every entry
+point returns an explicit ``{"status": "unavailable", "reason": ...}`` instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .launch import descendants
+
+#: Clock event (throttle) reason bits, from nvml.h.
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+#: nvmlDeviceGetTopologyCommonAncestor levels, named as ``nvidia-smi topo -m`` names them.
+TOPOLOGY_LEVELS = {0: "same board", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_NVLINK_TX, _NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB counters
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here; the message says why."""
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"status": "unavailable", "reason": reason}
+
+
+def _open():
+    """The initialised pynvml module (pair every call with ``nvmlShutdown``)."""
+    try:
+        import pynvml
+    except ImportError:
+        raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        raise NvmlUnavailable("NVML library not found: no NVIDIA driver on this machine") from None
+    except pynvml.NVMLError_DriverNotLoaded:
+        raise NvmlUnavailable("the NVIDIA driver is not loaded") from None
+    except pynvml.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML could not start: {exc}") from None
+    return pynvml
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _try(fn, *args, default=None):
+    """An NVML query, or ``default`` where the device does not support it."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: the value is absent
+        return default
+
+
+def _active_links(nv, handle) -> list[int]:
+    links = []
+    for link in range(nv.NVML_NVLINK_MAX_LINKS):
+        if _try(nv.nvmlDeviceGetNvLinkState, handle, link) == nv.NVML_FEATURE_ENABLED:
+            links.append(link)
+    return links
+
+
+def _remote_bus(nv, handle, link: int) -> str:
+    """PCI bus of what an NVLink leads to: a peer GPU, or an NVSwitch."""
+    info = _try(nv.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+    return _text(info.busId).lower() if info is not None else ""
+
+
+def gpu_inventory() -> list[dict[str, Any]]:
+    """One entry per GPU: model, memory, driver, PCI bus, active NVLinks and, for every other GPU,
+    how the two are joined (``NV18``: over 18 NVLinks, directly or through NVSwitch; otherwise
+    the PCIe level as ``nvidia-smi topo -m`` prints it: PIX, PXB, PHB, NODE, SYS).
+
+    Without NVML, a single entry ``{"status": "unavailable", "reason": ...}``.
+    """
+    try:
+        nv = _open()
+    except NvmlUnavailable as exc:
+        return [unavailable(str(exc))]
+    try:
+        driver = _text(nv.nvmlSystemGetDriverVersion())
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        buses = [_text(nv.nvmlDeviceGetPciInfo(h).busId).lower() for h in handles]
+        links = [_active_links(nv, h) for h in handles]
+        gpus = []
+        for i, handle in enumerate(handles):
+            remote = [_remote_bus(nv, handle, link) for link in links[i]]
+            topology = {}
+            for j, other in enumerate(handles):
+                if j == i:
+                    continue
+                direct = sum(1 for bus in remote if bus == buses[j])
+                if direct:
+                    topology[str(j)] = f"NV{direct}"
+                elif links[i] and _try(nv.nvmlDeviceGetP2PStatus, handle, other, nv.NVML_P2P_CAPS_INDEX_NVLINK) == nv.NVML_P2P_STATUS_OK:
+                    topology[str(j)] = f"NV{len(links[i])}"
+                else:
+                    level = _try(nv.nvmlDeviceGetTopologyCommonAncestor, handle, other)
+                    topology[str(j)] = TOPOLOGY_LEVELS.get(level, "unknown")
+            memory = nv.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                {
+                    "status": "ok",
+                    "index": i,
+                    "name": _text(nv.nvmlDeviceGetName(handle)),
+                    "uuid": _text(_try(nv.nvmlDeviceGetUUID, handle, default="")),
+                    "pci_bus_id": buses[i],
+                    "memory_total_gib": round(memory.total / 2**30, 1),
+                    "driver": driver,
+                    "nvlink_active_links": len(links[i]),
+                    "topology": topology,
+                }
+            )
+        return gpus
+    except nv.NVMLError as exc:
+        return [unavailable(f"NVML query failed: {exc}")]
+    finally:
+        nv.nvmlShutdown()
+
+
+class NvmlSampler:
+    """Samples the given GPUs every ``interval_s`` seconds in a background thread.
+
+    ``with NvmlSampler([0, 1]) as sampler: ...`` then ``sampler.summary()``. Processes on a GPU
+    that are neither this process nor one of its descendants count as another's; processes whose
+    PID this machine cannot see (another PID namespace) are listed as unattributed.
+    """
+
+    def __init__(self, device_indices: Sequence[int], interval_s: float = 0.05):
+        self.device_indices = list(device_indices)
+        self.interval_s = interval_s
+        self.samples: dict[int, list[dict[str, Any]]] = {i: [] for i in self.device_indices}
+        self.reason = ""
+        self._nv = None
+        self._handles: dict[int, Any] = {}
+        self._links: dict[int, list[int]] = {}
+        self._ours: set[int] = set()
+        self._ownership: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def __enter__(self) -> "NvmlSampler":
+        try:
+            self._nv = _open()
+        except NvmlUnavailable as exc:
+            self.reason = str(exc)
+            return self
+        try:
+            self._handles = {i: self._nv.nvmlDeviceGetHandleByIndex(i) for i in self.device_indices}
+        except self._nv.NVMLError as exc:
+            self.reason = f"NVML has no GPU {self.device_indices}: {exc}"
+            self._nv.nvmlShutdown()
+            self._nv = None
+            return self
+        self._links = {i: _active_links(self._nv, h) for i, h in self._handles.items()}
+        self._started = time.monotonic()
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="kloom-nvml", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._nv is None:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        self._nv.nvmlShutdown()
+        self._nv = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        nv = self._nv
+        now = time.monotonic() - self._started
+        for index, handle in self._handles.items():
+            util = _try(nv.nvmlDeviceGetUtilizationRates, handle)
+            memory = _try(nv.nvmlDeviceGetMemoryInfo, handle)
+            power = _try(nv.nvmlDeviceGetPowerUsage, handle)
+            reasons = _try(nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
+            if reasons is None:
+                reasons = _try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+            procs = _try(nv.nvmlDeviceGetComputeRunningProcesses, handle, default=[]) or []
+            tx, rx = self._nvlink_kib(handle, self._links.get(index, []))
+            pids = sorted({int(p.pid) for p in procs})
+            for pid in pids:
+                # Judged while the process runs: ours may have exited by the time of summary().
+                if pid not in self._ownership:
+                    self._ownership[pid] = self._owner(pid)
+            self.samples[index].append(
+                {
+                    "t": now,
+                    "gpu_util_pct": util.gpu if util is not None else None,
+                    "mem_util_pct": util.memory if util is not None else None,
+                    "memory_used_gib": memory.used / 2**30 if memory is not None else None,
+                    "sm_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM),
+                    "mem_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM),
+                    "power_w": power / 1000.0 if power is not None else None,
+                    "temperature_c": _try(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
+                    "clock_event_reasons": int(reasons) if reasons is not None else 0,
+                    "nvlink_tx_kib": tx,
+                    "nvlink_rx_kib": rx,
+                    "pids": pids,
+                }
+            )
+
+    def _nvlink_kib(self, handle, links: list[int]) -> tuple[float | None, float | None]:
+        if not links:
+            return None, None
+        fields = [(_NVLINK_TX, link) for link in links] + [(_NVLINK_RX, link) for link in links]
+        values = _try(self._nv.nvmlDeviceGetFieldValues, handle, fields)
+        if values is None:
+            return None, None
+        tx = [_field_value(v) for v in values[: len(links)] if v.nvmlReturn == 0]
+        rx = [_field_value(v) for v in values[len(links) :] if v.nvmlReturn == 0]
+        return (sum(tx) if tx else None), (sum(rx) if rx else None)
+
+    def _owner(self, pid: int) -> str:
+        if pid not in self._ours:
+            self._ours = {os.getpid(), *descendants(os.getpid())}
+        if pid in self._ours:
+            return "ours"
+        return "other" if os.path.exists(f"/proc/{pid}") else "unattributed"
+
+    def summary(self) -> dict[str, Any]:
+        """Per GPU: min / median / max of every sampled quantity, NVLink throughput in GB/s, the
+        clock event reasons seen, and others' processes; plus the run's flags."""
+        if self.reason:
+            return unavailable(self.reason)
+        return summarise_samples(self.samples, self._ownership, self.interval_s)
+
+
+def _field_value(v) -> float:
+    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return float(getattr(v.value, kinds.get(int(v.valueType), "ullVal")))
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def summarise_samples(samples: dict[int, list[dict[str, Any]]], ownership: dict[int, str], interval_s: float) -> dict[str, Any]:
+    """The summary of NVML samples per GPU (``NvmlSampler.summary``'s arithmetic).
+
+    ``ownership`` maps each PID seen to ``ours``, ``other`` or ``unattributed``. Clocks count as
+    throttled when any clock event reason other than idle was seen.
+    """
+    devices: dict[str, Any] = {}
+    flags: list[str] = []
+    for index, rows in samples.items():
+        out: dict[str, Any] = {"samples": len(rows)}
+        for key in ("gpu_util_pct", "mem_util_pct", "memory_used_gib", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c"):
+            values = [r[key] for r in rows if r.get(key) is not None]
+            if values:
+                out[key] = _stats(values)
+        for key, name in (("nvlink_tx_kib", "nvlink_tx_gbps"), ("nvlink_rx_kib", "nvlink_rx_gbps")):
+            rates = [
+                (b[key] - a[key]) * 1024 / (b["t"] - a["t"]) / 1e9
+                for a, b in zip(rows, rows[1:])
+                if a.get(key) is not None and b.get(key) is not None and b["t"] > a["t"] and b[key] >= a[key]
+            ]
+            if rates:
+                out[name] = _stats(rates)
+        seen = 0
+        for r in rows:
+            seen |= int(r.get("clock_event_reasons") or 0)
+        reasons = [name for bit, name in CLOCK_EVENT_REASONS.items() if seen & bit]
+        out["clock_event_reasons"] = reasons
+        throttles = [r for r in reasons if r != "gpu_idle"]
+        if throttles:
+            flags.append(f"clocks_throttled: GPU {index}: {', '.join(throttles)}")
+        pids = sorted({p for r in rows for p in r.get("pids", [])})
+        out["other_processes"] = [p for p in pids if ownership.get(p) == "other"]
+        out["unattributed_processes"] = [p for p in pids if ownership.get(p) == "unattributed"]
+        if out["other_processes"]:
+            flags.append(f"gpu_busy_with_another_process: GPU {index}: pid {', '.join(map(str, out['other_processes']))}")
+        devices[str(index)] = out
+    return {
+        "status": "ok",
+        "interval_s": interval_s,
+        "devices": devices,
+        "throttled": any(f.startswith("clocks_throttled") for f in flags),
+        "busy_with_other_process": any(f.startswith("gpu_busy_with_another_process") for f in flags),
+        "flags": flags,
+    }

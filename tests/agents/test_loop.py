@@ -1,0 +1,122 @@
+"""The optimization loop with the offline strategist, end to end on CPU (gloo)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.analysis import build_analysis
+from agents.limits import Budget
+from agents.loop import FileSink, run_job
+from agents.records import JobSpec, Limits, Trajectory
+from agents.roles import PlanningContext
+from agents.strategist import OfflineCoder, OfflinePlanner
+from kloom.cli import app
+from kloom.suite import find
+from services.worker.evaluator import EvalSettings, Evaluator
+from services.worker.evaluator.static_check import check_candidate
+
+SUITE_WORKLOADS = ["tp_allreduce_residual_rmsnorm", "vocab_parallel_cross_entropy", "all_reduce_small"]
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
+        yield ev
+
+
+@pytest.mark.slow
+def test_optimize_three_suite_workloads_offline(tmp_path):
+    """`kloom optimize` finishes with a correct best kernel and a saved trajectory, offline."""
+    runner = CliRunner()
+    for name in SUITE_WORKLOADS:
+        out = tmp_path / name
+        result = runner.invoke(app, ["optimize", name, "-n", "2", "--max-iters", "2", "--out", str(out), "--no-kb", "--profile", "none"])
+        assert result.exit_code == 0, result.output
+        traj = Trajectory.from_dict(json.loads((out / "trajectory.json").read_text()))
+        assert traj.state == "succeeded" and traj.best_step is not None
+        assert traj.best_step.evaluation["correct"]
+        assert (out / "best_kernel.py").read_text() == traj.best_step.candidate_code
+        assert traj.analysis["collectives"], "the trace found the reference's collectives"
+
+
+def _context(spec: JobSpec, source: str, analysis: dict, history=()) -> PlanningContext:
+    return PlanningContext(
+        spec=spec,
+        workload_source=source,
+        workload_name="x",
+        analysis=analysis,
+        baseline=None,
+        history=list(history),
+        budget=Budget(spec.limits),
+    )
+
+
+def test_plans_come_from_structure_not_name(evaluator, tmp_path):
+    """A renamed copy of a workload gets exactly the same plans."""
+    original = Path(find("tp_allreduce_residual_rmsnorm").path)
+    renamed = tmp_path / "something_else_entirely.py"
+    shutil.copy(original, renamed)
+    plans = []
+    for path in (original, renamed):
+        traces = evaluator.analyze(path, world_size=2)
+        analysis = build_analysis(traces, family="x", world_size=2, device="cpu", baseline=None).to_dict()
+        spec = JobSpec(workload=str(path), world_size=2, limits=Limits(max_iters=4))
+        plan, _ = OfflinePlanner().plan(_context(spec, path.read_text(), analysis))
+        plans.append((plan.strategy, plan.params))
+    assert plans[0] == plans[1]
+
+
+def test_every_offline_candidate_passes_the_static_checker(evaluator):
+    """The coder writes candidates the evaluator accepts for every wrapper it knows."""
+    path = Path(find("tp_allreduce_residual_rmsnorm").path)
+    traces = evaluator.analyze(path, world_size=2)
+    analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=None).to_dict()
+    spec = JobSpec(workload=str(path), world_size=2, device="cuda", limits=Limits(max_iters=20))
+    ctx = _context(spec, path.read_text(), analysis)
+    from agents.strategist.catalog import options_for
+    from agents.analysis import Analysis
+
+    options = options_for(Analysis.from_dict(analysis))
+    assert {o.strategy for o in options} >= {"cuda_graph", "torch_compile", "compile_cuda_graph", "symm_mem_allreduce", "row_chunk_overlap"}
+    for option in options:
+        from agents.records import Plan
+
+        written = OfflineCoder().write(Plan(strategy=option.strategy, params=option.params), ctx)
+        assert written.code is not None, (option.strategy, written.error)
+        assert check_candidate(written.code) == [], option.strategy
+        compile(written.code, option.strategy, "exec")
+
+
+def test_job_resumes_without_redoing_steps(evaluator, tmp_path):
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=1), profile="none", use_kb=False)
+    sink = FileSink(tmp_path)
+    first = run_job(spec, sink, evaluator=evaluator)
+    assert len(first.steps) == 1
+    spec.limits.max_iters = 2
+    resumed = run_job(spec, sink, evaluator=evaluator, resume=sink.load())
+    assert [s.index for s in resumed.steps][:1] == [0]
+    assert resumed.steps[0].candidate_sha256 == first.steps[0].candidate_sha256
+    assert len({(s.plan.strategy, json.dumps(s.plan.params, sort_keys=True)) for s in resumed.steps}) == len(resumed.steps)
+
+
+def test_a_limit_with_no_correct_candidate_still_ends_with_one(evaluator, tmp_path):
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=5, max_wall_s=0.0), profile="none", use_kb=False)
+    traj = run_job(spec, FileSink(tmp_path), evaluator=evaluator)
+    assert traj.state == "stopped" and "wall-time" in traj.stop_reason
+    assert [s.plan.strategy for s in traj.steps] == ["reference_copy"]
+    assert traj.best_step is not None
+
+
+def test_a_broken_workload_fails_the_job_with_its_reason(evaluator, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def get_inputs():\n    return []\n")
+    spec = JobSpec(workload=str(bad), world_size=1, profile="none", use_kb=False)
+    traj = run_job(spec, FileSink(tmp_path / "out"), evaluator=evaluator)
+    assert traj.state == "failed" and "no class Model" in traj.stop_reason

@@ -1,0 +1,176 @@
+"""The evaluator's protocol: correctness on every rank, timing, records, errors and pool reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kloom.cli import app
+from services.worker.evaluator import EvalResult
+
+HERE = Path(__file__).parent
+WORKLOADS, CANDIDATES = HERE / "workloads", HERE / "candidates"
+LINEAR = WORKLOADS / "linear_allreduce.py"
+INPLACE = WORKLOADS / "inplace_allreduce.py"
+
+
+def test_correct_candidate_is_timed_against_the_reference(evaluator):
+    result = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
+    assert result.status == "correct", result.summary()
+    assert result.compiled and result.correct
+    assert len(result.trials) == 6  # 5 before timing, 1 after
+    assert all(len(t.ranks) == 2 and t.ok for t in result.trials)
+    assert len(set(result.seeds)) == 6
+    timing = result.timing
+    assert len(timing.reference) == len(timing.candidate) == 2
+    assert timing.reference_ms == max(t.median_ms for t in timing.reference)
+    assert timing.candidate_ms == max(t.median_ms for t in timing.candidate)
+    assert timing.speedup == pytest.approx(timing.reference_ms / timing.candidate_ms)
+    assert all(t.iters >= 5 for t in timing.candidate)
+    assert result.roofline is not None and result.roofline.floor_ms > 0
+    # The record survives JSON.
+    again = EvalResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.timing.candidate[1].median_ms == timing.candidate[1].median_ms
+    assert again.trials[0].ranks[0].rank == 0
+
+
+def test_pool_is_reused_across_candidates(evaluator):
+    pool = evaluator.pool(2)
+    starts, pids = pool.starts, [p.pid for p in pool.procs]
+    for _ in range(2):
+        assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
+    assert pool.starts == starts and [p.pid for p in pool.procs] == pids
+
+
+def test_candidate_must_mutate_inputs_like_the_reference(evaluator, tmp_path):
+    honest = tmp_path / "inplace_ok.py"
+    honest.write_text(
+        "import torch.distributed as dist\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        dist.all_reduce(x)\n        return x.sum(0)\n"
+    )
+    assert evaluator.evaluate(INPLACE, honest, world_size=2).correct
+    lazy = tmp_path / "inplace_missing.py"
+    lazy.write_text(
+        "import torch\nimport torch.distributed as dist\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        y = x.clone()\n        dist.all_reduce(y)\n        return y.sum(0)\n"
+    )
+    result = evaluator.evaluate(INPLACE, lazy, world_size=2)
+    assert result.status == "incorrect"
+    assert "input 0 after the call" in result.summary()
+
+
+def test_tolerance_is_dtype_aware_and_strict(evaluator, tmp_path):
+    off = tmp_path / "slightly_off.py"
+    off.write_text(
+        (CANDIDATES / "correct.py").read_text().replace("return y", "return y * (1 + 5e-3)")
+    )
+    result = evaluator.evaluate(LINEAR, off, world_size=2)
+    assert result.status == "incorrect"
+    assert "rtol=0.0001" in result.summary()
+
+
+@pytest.mark.parametrize(
+    "source, status, text",
+    [
+        ("def broken(:\n", "compile_error", "syntax error"),
+        ("import torch\n", "compile_error", "no ModelNew"),
+        ("import torch.nn as nn\nimport missing_module_xyz\nclass ModelNew(nn.Module):\n    pass\n", "rejected", "missing_module_xyz"),
+        (
+            "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def __init__(self, a, b):\n        super().__init__()\n        raise ValueError('bad init')\n",
+            "compile_error",
+            "bad init",
+        ),
+        (
+            "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        raise RuntimeError('boom in forward')\n",
+            "compile_error",
+            "takes 1 positional argument",
+        ),
+    ],
+)
+def test_broken_candidates_get_a_clear_status(evaluator, tmp_path, source, status, text):
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    result = evaluator.evaluate(LINEAR, path, world_size=2)
+    assert result.status == status, result.summary()
+    assert text in (result.error.message + result.error.traceback), result.error.message
+
+
+def test_runtime_error_names_the_rank(evaluator, tmp_path):
+    path = tmp_path / "raises.py"
+    path.write_text(
+        "import torch.distributed as dist\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n    def __init__(self, a, b):\n        super().__init__()\n"
+        "    def forward(self, x):\n        if dist.get_rank() == 1:\n            raise RuntimeError('rank one fails')\n"
+        "        return x\n"
+    )
+    result = evaluator.evaluate(LINEAR, path, world_size=2)
+    assert result.status == "runtime_error"
+    assert result.error.rank == 1 and "rank one fails" in result.error.message
+    assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
+
+
+def test_malformed_workloads_are_workload_errors(evaluator, tmp_path):
+    bad = tmp_path / "no_model.py"
+    bad.write_text("def get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n")
+    result = evaluator.evaluate(bad, CANDIDATES / "correct.py", world_size=2)
+    assert result.status == "workload_error"
+    assert str(bad) in result.error.message and "no class Model" in result.error.message
+    unsupported = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=3)
+    assert unsupported.status == "workload_error" and "world size 3 is not supported" in unsupported.error.message
+    crashing = tmp_path / "crashing_reference.py"
+    crashing.write_text(
+        "import torch\nimport torch.nn as nn\nWORLD_SIZES = [2]\n\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        raise RuntimeError('reference is broken')\n\n"
+        "def get_init_inputs():\n    return []\n\ndef get_inputs():\n    return [torch.randn(4)]\n"
+    )
+    result = evaluator.evaluate(crashing, CANDIDATES / "correct.py", world_size=2)
+    assert result.status == "workload_error" and "reference is broken" in result.error.message
+
+
+def test_baseline_times_the_reference_alone(evaluator):
+    result = evaluator.baseline(LINEAR, world_size=2)
+    assert result.status == "correct"
+    assert len(result.times) == 2 and result.reference_ms > 0
+    assert result.roofline.reference_fraction is not None
+
+
+def test_cli_eval_exit_code_and_json(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(app, ["eval", str(LINEAR), str(CANDIDATES / "correct.py"), "-n", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+    record = json.loads(ok.output)
+    assert record["status"] == "correct" and record["timing"]["speedup"] > 0
+    bad = runner.invoke(app, ["eval", str(LINEAR), str(HERE / "adversarial" / "returns_zeros.py"), "-n", "2"])
+    assert bad.exit_code == 1
+    assert "incorrect" in bad.output
+
+
+@pytest.fixture(scope="module")
+def in_rank_evaluator():
+    """Judges every output on the rank's device (the path large outputs take)."""
+    from services.worker.evaluator import EvalSettings, Evaluator
+
+    settings = EvalSettings.for_device("cpu", judge_transfer_bytes=0, timing_budget_s=0.1, min_iters=3)
+    with Evaluator("cpu", settings) as ev:
+        yield ev
+
+
+def test_in_rank_judge_accepts_honest_candidates(in_rank_evaluator):
+    good = in_rank_evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
+    assert good.correct, good.summary()
+    assert good.trials[0].ranks[0].numel == 64 * 48
+    inplace_ok = in_rank_evaluator.evaluate(INPLACE, candidate_source=(
+        "import torch.distributed as dist\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        dist.all_reduce(x)\n        return x.sum(0)\n"
+    ), world_size=2)
+    assert inplace_ok.correct, inplace_ok.summary()
+
+
+@pytest.mark.parametrize("name", ["returns_zeros", "allocator_reuse", "mutates_input", "caches_results", "rank0_only", "returns_nan"])
+def test_in_rank_judge_catches_the_same_cheats(in_rank_evaluator, name):
+    """Forcing the on-device comparison for tiny outputs shows it catches what the pool-side judge catches."""
+    bad = in_rank_evaluator.evaluate(LINEAR, HERE / "adversarial" / f"{name}.py", world_size=2)
+    assert bad.status == "incorrect", bad.summary()

@@ -1,0 +1,90 @@
+"""The static checker rejects what cannot be honest and lets ordinary kernels through."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.worker.evaluator.static_check import check_candidate
+
+HONEST = '''
+import math
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm
+import triton
+import triton.language as tl
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = """
+__global__ void scale(float* x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+"""
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+
+@triton.jit
+def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
+        self.graph = None
+
+    def forward(self, x):
+        y = torch.compile(lambda t: t * 2)(x)
+        dist.all_reduce(y)
+        return y / math.sqrt(2.0)
+'''
+
+
+def test_honest_candidate_passes():
+    assert check_candidate(HONEST) == []
+
+
+@pytest.mark.parametrize(
+    "snippet, rule",
+    [
+        ("import threading", "import"),
+        ("import subprocess", "import"),
+        ("import ctypes", "import"),
+        ("import gc", "import"),
+        ("from torch import multiprocessing", "import"),
+        ("import torch\ntorch.cuda.synchronize = lambda: None", "patch"),
+        ("import torch\nE = torch.cuda.Event\nE.elapsed_time = lambda a, b: 0.0", "patch"),
+        ("from torch.cuda import Event\nEvent.record = None", "patch"),
+        ("import torch\ntorch.manual_seed(0)", "attribute"),
+        ("import torch\nx = torch.random.get_rng_state()", "attribute"),
+        ("import os\nos.system('ls')", "os"),
+        ("import os\nos.environ['X'] = '1'", "patch"),
+        ("x = eval('1')", "builtin"),
+        ("f = open('/etc/passwd')", "builtin"),
+        ("import torch\ntorch.save({}, 'x')", "file"),
+        ("import torch\ntry:\n    y = torch.ones(1)\nexcept Exception:\n    y = None", "swallow"),
+        ("try:\n    pass\nexcept:\n    pass", "swallow"),
+        ("import torch\ny = getattr(torch, name)", "builtin"),
+        ("class A:\n    pass\nA.__init__ = None", "patch"),
+        ("m = Model()", "reference"),
+        ("s = '#include <thread>\\nvoid f() { std::thread t([]{}); t.join(); }'", "native"),
+        ("s = 'void f() { void* h = dlopen(\"libc.so\", 0); system(\"ls\"); }'", "native"),
+    ],
+)
+def test_rejections(snippet, rule):
+    violations = check_candidate(snippet)
+    assert any(v.rule == rule for v in violations), violations
+
+
+def test_import_error_fallback_is_allowed():
+    assert check_candidate("try:\n    import triton\nexcept ImportError:\n    triton = None\n") == []
+
+
+def test_own_model_class_is_allowed():
+    source = "import torch.nn as nn\nclass Model(nn.Module):\n    pass\nclass ModelNew(Model):\n    pass\n"
+    assert check_candidate(source) == []

@@ -1,0 +1,127 @@
+"""NVML: the unavailable path on machines without a driver, the sampler's arithmetic on
+constructed samples, and (marked gpu) the real thing."""
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from services.worker.profiler import NvmlSampler, gpu_inventory
+from services.worker.profiler.nvml import summarise_samples
+
+
+def _nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means no NVML here
+        return False
+
+
+HAS_NVML = _nvml_works()
+needs_no_nvml = pytest.mark.skipif(HAS_NVML, reason="NVML works on this machine")
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_NVML), reason="needs a CUDA GPU with NVML")
+
+
+@needs_no_nvml
+def test_inventory_without_nvml_says_why():
+    inventory = gpu_inventory()
+    assert len(inventory) == 1
+    assert inventory[0]["status"] == "unavailable"
+    assert "NVML" in inventory[0]["reason"] or "pynvml" in inventory[0]["reason"]
+
+
+@needs_no_nvml
+def test_sampler_without_nvml_runs_the_block_and_reports_unavailable():
+    before = threading.active_count()
+    with NvmlSampler([0, 1], interval_s=0.01) as sampler:
+        assert threading.active_count() == before  # no sampling thread was started
+        ran = True
+    assert ran
+    summary = sampler.summary()
+    assert summary["status"] == "unavailable" and summary["reason"]
+
+
+def _sample(t, **over):
+    row = {
+        "t": t,
+        "gpu_util_pct": 90,
+        "mem_util_pct": 40,
+        "memory_used_gib": 20.0,
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "power_w": 500.0,
+        "temperature_c": 50,
+        "clock_event_reasons": 0,
+        "nvlink_tx_kib": None,
+        "nvlink_rx_kib": None,
+        "pids": [100],
+    }
+    row.update(over)
+    return row
+
+
+def test_summary_of_samples_gives_min_median_max_and_nvlink_rates():
+    samples = {
+        0: [
+            _sample(0.0, gpu_util_pct=0, nvlink_tx_kib=0, nvlink_rx_kib=0, clock_event_reasons=0x1),
+            _sample(0.5, gpu_util_pct=80, nvlink_tx_kib=100_000_000, nvlink_rx_kib=50_000_000),
+            _sample(1.0, gpu_util_pct=100, nvlink_tx_kib=300_000_000, nvlink_rx_kib=100_000_000),
+        ]
+    }
+    out = summarise_samples(samples, {100: "ours"}, 0.5)
+    dev = out["devices"]["0"]
+    assert dev["gpu_util_pct"] == {"min": 0, "median": 80, "max": 100}
+    assert dev["nvlink_tx_gbps"]["max"] == pytest.approx(200_000_000 * 1024 / 0.5 / 1e9)
+    assert dev["nvlink_rx_gbps"]["min"] == pytest.approx(50_000_000 * 1024 / 0.5 / 1e9)
+    assert dev["clock_event_reasons"] == ["gpu_idle"]
+    assert out["throttled"] is False and out["busy_with_other_process"] is False and out["flags"] == []
+
+
+def test_summary_flags_throttled_clocks_and_another_process():
+    samples = {
+        0: [_sample(0.0), _sample(0.1, clock_event_reasons=0x4 | 0x1, sm_clock_mhz=1500)],
+        1: [_sample(0.0, pids=[100, 777]), _sample(0.1, pids=[100, 777, 4242])],
+    }
+    out = summarise_samples(samples, {100: "ours", 777: "other", 4242: "unattributed"}, 0.1)
+    assert out["throttled"] is True
+    assert out["busy_with_other_process"] is True
+    assert out["devices"]["0"]["clock_event_reasons"] == ["gpu_idle", "sw_power_cap"]
+    assert out["devices"]["0"]["sm_clock_mhz"]["min"] == 1500
+    assert out["devices"]["1"]["other_processes"] == [777]
+    assert out["devices"]["1"]["unattributed_processes"] == [4242]
+    assert out["flags"] == ["clocks_throttled: GPU 0: sw_power_cap", "gpu_busy_with_another_process: GPU 1: pid 777"]
+
+
+@gpu
+@needs_gpu
+def test_inventory_on_a_gpu_machine():
+    inventory = gpu_inventory()
+    assert len(inventory) == torch.cuda.device_count()
+    first = inventory[0]
+    assert first["status"] == "ok" and first["memory_total_gib"] > 1 and first["driver"]
+    assert set(first["topology"]) == {str(i) for i in range(1, len(inventory))}
+
+
+@gpu
+@needs_gpu
+def test_sampler_sees_a_busy_gpu_and_our_own_process():
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    with NvmlSampler([0], interval_s=0.02) as sampler:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            for _ in range(20):
+                x @ x
+            torch.cuda.synchronize()
+    summary = sampler.summary()
+    dev = summary["devices"]["0"]
+    assert summary["status"] == "ok" and dev["samples"] >= 10
+    assert dev["gpu_util_pct"]["max"] > 50
+    assert dev["sm_clock_mhz"]["max"] > 500 and dev["power_w"]["max"] > 50
+    assert os.getpid() not in dev["other_processes"]
