@@ -36,6 +36,7 @@ class Analysis:
     roofline_terms: dict[str, Any] = field(default_factory=dict)
     row_split: dict[str, Any] | None = None  # {"args": [...], "rows": N}: row blocks are independent
     trace_error: str = ""  # why the reference could not be traced (then the counts are unknown)
+    source_rewrites: dict[str, int] = field(default_factory=dict)  # rewrite -> collective calls it removes
 
     @property
     def graph_capturable(self) -> bool:

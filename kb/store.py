@@ -74,9 +74,10 @@ def job_key(trajectory: Trajectory) -> str:
 
 
 def beat_baseline(step: Step) -> bool:
-    """Whether a step's candidate was correct and measurably faster than the reference."""
+    """Whether a step's candidate was correct and measurably faster than the reference. The
+    reference run as a candidate (``reference_copy``) never is: its speedup measures noise."""
     speedup = step.speedup
-    if speedup is None:
+    if speedup is None or step.plan.strategy == "reference_copy":
         return False
     timing = step.evaluation["timing"]
     margin = MIN_GAIN
@@ -171,7 +172,7 @@ def _ingest(session: Session, traj: Trajectory, source: str | None) -> IngestRep
             strategist=traj.job.strategist,
             steps=len(traj.steps),
             reference_ms=reference_ms,
-            best_speedup=best.speedup if best else None,
+            best_speedup=traj.best_speedup,
             finished_at=traj.updated_at,
         )
         .on_conflict_do_nothing(index_elements=["job_id"])

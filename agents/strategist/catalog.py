@@ -190,12 +190,55 @@ def _row_chunks(a: Analysis) -> list[Option]:
     ]
 
 
+def _rewritten(a: Analysis, rewrite: str, score: float, why: str) -> list[Option]:
+    """A source rewrite on its own, and (where there is elementwise work to fuse) compiled."""
+    params = {"wrapper": "none", "rewrites": [rewrite]}
+    opts = [Option(rewrite, params, score, why)]
+    if a.n_elementwise >= 2:
+        dynamic = {} if a.graph_capturable else {"dynamic": True}
+        opts.append(
+            Option(
+                f"{rewrite}_compiled",
+                dict(params, wrapper="compile", compile_mode="default", **dynamic),
+                score - 0.05 + 0.02 * min(a.n_elementwise, 10),
+                why + ", and the elementwise work around it fused by inductor",
+            )
+        )
+    return opts
+
+
+def _coalesce(a: Analysis) -> list[Option]:
+    removed = (a.source_rewrites or {}).get("coalesce_allreduce", 0)
+    if a.world_size < 2 or not removed:
+        return []
+    size = a.collective_sizes.get("allreduce")
+    small = size is not None and size <= SYMM_ONE_SHOT_MAX
+    why = (
+        f"{removed} all-reduce call(s) can merge with an independent one of the same reduction: one collective over a "
+        f"packed buffer instead of several{' (small messages: each call is mostly latency)' if small else ''}"
+    )
+    return _rewritten(a, "coalesce_allreduce", 0.2 + (0.2 if small else 0.0) + 0.05 * min(removed, 4), why)
+
+
+def _gather_into_tensor(a: Analysis) -> list[Option]:
+    gathers = (a.source_rewrites or {}).get("gather_into_tensor", 0)
+    if a.world_size < 2 or not gathers:
+        return []
+    why = (
+        f"{gathers} all-gather(s) into a list feed a torch.cat: one all_gather_into_tensor writes every rank's block "
+        "into one buffer that already is the concatenation (no per-rank copies, no cat)"
+    )
+    return _rewritten(a, "gather_into_tensor", 0.3 + (0.2 if a.dominant in ("hbm", "link") else 0.0), why)
+
+
 STRATEGIES: list[Strategy] = [
     Strategy("reference_copy", "Run the reference itself (a correct anchor).", _reference_copy),
     Strategy("cuda_graph", "Capture the whole step, collectives included, in one CUDA graph.", _cuda_graph, requires_cuda=True),
     Strategy("torch_compile", "Compile the step with torch.compile (fusion, CUDA graphs by segment).", _torch_compile),
     Strategy("symm_mem_allreduce", "Latency-bound all-reduce through torch symmetric memory.", _symm_allreduce, requires_cuda=True),
     Strategy("micro_pipeline_tp", "Overlap all-gather/reduce-scatter with the matmul (symmetric-memory pipelines).", _micro_pipeline_tp, requires_cuda=True),
+    Strategy("coalesce_allreduce", "Merge independent all-reduces of the same reduction into one collective.", _coalesce),
+    Strategy("gather_into_tensor", "All-gather into a list + cat becomes one all_gather_into_tensor.", _gather_into_tensor),
     Strategy("row_chunk_overlap", "Pipeline independent row slices over streams: collective of one, compute of the next.", _row_chunks, requires_cuda=True),
 ]
 

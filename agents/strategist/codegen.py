@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .coalesce import COALESCE_HELPER, coalesce_allreduces
+from .gather import GATHER_HELPER, gather_into_tensor
 from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
 
 _HEADER = '''
@@ -156,7 +158,9 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
     - ``wrapper``: ``none`` | ``graph`` | ``compile`` | ``compile_graph``
     - ``compile_mode``: a ``torch.compile`` mode (``default``, ``reduce-overhead``, ``max-autotune-no-cudagraphs``)
     - ``compile_options``: inductor options (instead of a mode)
-    - ``rewrites``: ``["symm_allreduce"]``, with ``symm_max_bytes`` and ``symm_algo`` (``one_shot`` | ``two_shot``)
+    - ``rewrites``: ``["symm_allreduce"]``, with ``symm_max_bytes`` and ``symm_algo`` (``one_shot`` | ``two_shot``);
+      ``["coalesce_allreduce"]``: independent all-reduces merged into one (``coalesce.py``);
+      ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather.py``)
     - ``warmup``: warm-up calls before a graph capture
     - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
     - ``dynamic``: compile with dynamic shapes (steps whose shapes change between calls)
@@ -172,6 +176,16 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
             helpers += SYMM_ALLREDUCE_HELPER.format(
                 max_bytes=int(params.get("symm_max_bytes", 8 << 20)), algo=params.get("symm_algo", "one_shot")
             )
+        elif rewrite == "coalesce_allreduce":
+            body_source, removed = coalesce_allreduces(body_source)
+            if removed == 0:
+                raise NotApplicable("the reference has no independent all-reduces with the same reduction to merge")
+            helpers += COALESCE_HELPER
+        elif rewrite == "gather_into_tensor":
+            body_source, rewritten = gather_into_tensor(body_source)
+            if rewritten == 0:
+                raise NotApplicable("the reference concatenates no list that an all_gather fills")
+            helpers += GATHER_HELPER
         else:
             raise NotApplicable(f"unknown rewrite {rewrite!r}")
 

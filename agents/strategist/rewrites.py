@@ -11,10 +11,11 @@ from __future__ import annotations
 import ast
 
 
-def dist_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """Names bound to ``torch.distributed`` and names imported from it (``from torch.distributed import all_reduce``)."""
+def dist_aliases(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """Names bound to ``torch.distributed``, and the local names of functions imported from it
+    (``from torch.distributed import all_reduce as ar`` gives ``{"ar": "all_reduce"}``)."""
     modules: set[str] = set()
-    functions: set[str] = set()
+    functions: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -29,27 +30,28 @@ def dist_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
                         modules.add(alias.asname or "distributed")
             elif node.module == "torch.distributed":
                 for alias in node.names:
-                    functions.add(alias.asname or alias.name)
+                    functions[alias.asname or alias.name] = alias.name
     return modules, functions
 
 
-def _is_dist_call(node: ast.Call, name: str, modules: set[str], functions: set[str]) -> bool:
+def is_dist_call(node: ast.Call, name: str, modules: set[str], functions: dict[str, str]) -> bool:
+    """Whether ``node`` calls the ``torch.distributed`` function ``name``, under any alias."""
     func = node.func
     if isinstance(func, ast.Name):
-        return func.id == name and name in functions
+        return functions.get(func.id) == name
     if isinstance(func, ast.Attribute) and func.attr == name:
         return ast.unparse(func.value) in modules
     return False
 
 
 class _CallRenamer(ast.NodeTransformer):
-    def __init__(self, name: str, helper: str, modules: set[str], functions: set[str]):
+    def __init__(self, name: str, helper: str, modules: set[str], functions: dict[str, str]):
         self.name, self.helper, self.modules, self.functions = name, helper, modules, functions
         self.count = 0
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if _is_dist_call(node, self.name, self.modules, self.functions):
+        if is_dist_call(node, self.name, self.modules, self.functions):
             self.count += 1
             return ast.copy_location(ast.Call(func=ast.Name(id=self.helper, ctx=ast.Load()), args=node.args, keywords=node.keywords), node)
         return node
@@ -68,7 +70,7 @@ def rename_collective(source: str, name: str, helper: str) -> tuple[str, int]:
 def count_calls(source: str, name: str) -> int:
     tree = ast.parse(source)
     modules, functions = dist_aliases(tree)
-    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_dist_call(n, name, modules, functions))
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and is_dist_call(n, name, modules, functions))
 
 
 #: Appended when ``all_reduce`` calls are rewritten: small sum all-reduces of contiguous CUDA

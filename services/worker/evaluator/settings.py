@@ -72,17 +72,36 @@ class EvalSettings:
     @classmethod
     def from_env(cls, device: str) -> "EvalSettings":
         """``for_device`` defaults with ``KLOOM_EVAL_<FIELD>`` environment overrides."""
-        overrides = {}
-        for f in dataclasses.fields(cls):
-            raw = os.environ.get(f"KLOOM_EVAL_{f.name.upper()}")
-            if raw is None or f.name in ("tolerance", "seed"):
-                continue
-            if f.type in ("int", int):
-                overrides[f.name] = int(raw)
-            elif f.type in ("float", float):
-                overrides[f.name] = float(raw)
-            elif f.type in ("bool", bool):
-                overrides[f.name] = raw.lower() in ("1", "true", "yes", "on")
-            else:
-                overrides[f.name] = raw
-        return cls.for_device(device, **overrides)
+        return cls.for_device(device, **env_overrides(cls, "KLOOM_EVAL_", skip=("tolerance", "seed")))
+
+
+def _parse(type_name: str, raw: str):
+    """``raw`` as a value of the annotated type (``int``, ``float``, ``bool``, ``list[int]``,
+    ``list[str]``, optionally ``| None``; anything else stays a string)."""
+    base = type_name.replace(" | None", "")
+    if base.startswith("list["):
+        item = int if base == "list[int]" else str
+        return [item(part.strip()) for part in raw.split(",") if part.strip()]
+    if base == "int":
+        return int(raw)
+    if base == "float":
+        return float(raw)
+    if base == "bool":
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return raw
+
+
+def env_overrides(cls, prefix: str, skip: tuple[str, ...] = ()) -> dict:
+    """The ``<prefix><FIELD>`` environment variables set for the dataclass ``cls``'s fields, parsed
+    by each field's annotation (shared by the evaluator's and the profiler's settings)."""
+    overrides = {}
+    for f in dataclasses.fields(cls):
+        raw = os.environ.get(f"{prefix}{f.name.upper()}")
+        if raw is None or f.name in skip:
+            continue
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        try:
+            overrides[f.name] = _parse(type_name, raw)
+        except ValueError as exc:
+            raise ValueError(f"{prefix}{f.name.upper()}={raw!r} is not a valid {type_name}: {exc}") from None
+    return overrides

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Literal
+
+from services.worker.evaluator.settings import env_overrides
 
 #: Nsight Compute sections read for every replayed kernel; NVLink sections are added where
 #: ``ncu --list-sections`` offers them.
@@ -79,23 +80,4 @@ class ProfileSettings:
     @classmethod
     def from_env(cls, device: str) -> "ProfileSettings":
         """``for_device`` defaults with ``KLOOM_PROFILE_<FIELD>`` environment overrides."""
-        overrides: dict[str, object] = {}
-        for f in dataclasses.fields(cls):
-            raw = os.environ.get(f"KLOOM_PROFILE_{f.name.upper()}")
-            if raw is None:
-                continue
-            if f.name in ("sections", "communication_patterns"):
-                overrides[f.name] = [s.strip() for s in raw.split(",") if s.strip()]
-            elif f.name == "devices":
-                overrides[f.name] = [int(s) for s in raw.split(",") if s.strip()]
-            elif f.name == "seed":
-                overrides[f.name] = int(raw)
-            elif f.type in ("int", int):
-                overrides[f.name] = int(raw)
-            elif f.type in ("float", float):
-                overrides[f.name] = float(raw)
-            elif f.type in ("bool", bool):
-                overrides[f.name] = raw.lower() in ("1", "true", "yes", "on")
-            else:
-                overrides[f.name] = raw
-        return cls.for_device(device, **overrides)
+        return cls.for_device(device, **env_overrides(cls, "KLOOM_PROFILE_"))

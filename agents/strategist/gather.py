@@ -1,0 +1,117 @@
+"""``all_gather`` into a list, then ``torch.cat`` of that list: a source rewrite into one
+``all_gather_into_tensor`` whose output already is the concatenation.
+
+The list form costs a copy per rank out of the collective's flat buffer and another full copy
+for the ``cat``; the tensor form writes every rank's block straight into one buffer. The rewrite
+renames the two calls to helpers: the gather fills the list with views of one flat buffer, and the
+``cat`` along dim 0 of exactly those views returns the buffer itself (other dims, or a list
+that no longer holds those views, take the ordinary ``torch.cat``). Anything the fast path does
+not cover (uneven shapes, non-default arguments, ``async_op``) calls the original collective.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .rewrites import dist_aliases, is_dist_call
+
+GATHER_HELPER = '''
+import torch as _kl_torch
+import torch.distributed as _kl_dist
+
+
+def _kloom_all_gather_list(tensor_list, tensor, group=None, async_op=False):
+    """``all_gather`` into ``tensor_list`` through one ``all_gather_into_tensor``: the list ends up
+    holding views of one flat buffer (rank-major), the concatenation along dim 0."""
+    same = all(t.shape == tensor.shape and t.dtype == tensor.dtype and t.device == tensor.device for t in tensor_list)
+    if async_op or not same or tensor.dim() == 0 or len(tensor_list) != _kl_dist.get_world_size(group):
+        return _kl_dist.all_gather(tensor_list, tensor, group=group, async_op=async_op)
+    flat = _kl_torch.empty((len(tensor_list) * tensor.shape[0],) + tuple(tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    _kl_dist.all_gather_into_tensor(flat, tensor.contiguous(), group=group)
+    tensor_list[:] = list(flat.chunk(len(tensor_list)))
+    return None
+
+
+def _kloom_cat_gathered(tensors, dim=0, *, out=None):
+    """``torch.cat``, without the copy when ``tensors`` are the consecutive blocks of one buffer."""
+    if out is None and dim == 0 and len(tensors) > 1 and not _kl_torch.compiler.is_compiling():
+        base = tensors[0]._base
+        if base is not None and base.is_contiguous() and all(t._base is base and t.is_contiguous() for t in tensors):
+            step = tensors[0].numel() * tensors[0].element_size()
+            start = base.data_ptr()
+            if all(t.data_ptr() == start + i * step for i, t in enumerate(tensors)) and len(tensors) * tensors[0].numel() == base.numel():
+                return base.view((-1,) + tuple(tensors[0].shape[1:]))
+    if out is not None:
+        return _kl_torch.cat(tensors, dim=dim, out=out)
+    return _kl_torch.cat(tensors, dim=dim)
+'''
+
+
+def _torch_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name for a in node.names if a.name == "torch"}
+    return names
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, tree: ast.Module):
+        self.modules, self.functions = dist_aliases(tree)
+        self.torch = _torch_names(tree)
+        self.lists: set[str] = set()
+        self.gathers = 0
+        self.cats = 0
+
+    def _is_cat(self, node: ast.Call) -> bool:
+        f = node.func
+        return isinstance(f, ast.Attribute) and f.attr in ("cat", "concat", "concatenate") and ast.unparse(f.value) in self.torch
+
+    def gather_lists(self, tree: ast.Module) -> None:
+        """Names of lists that an ``all_gather`` fills (first positional argument, a plain name)
+        and that a ``torch.cat`` concatenates."""
+        gathered, catted = set(), set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
+                continue
+            if is_dist_call(node, "all_gather", self.modules, self.functions) and len(node.args) == 2:
+                gathered.add(node.args[0].id)
+            elif self._is_cat(node):
+                catted.add(node.args[0].id)
+        self.lists = gathered & catted
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if is_dist_call(node, "all_gather", self.modules, self.functions):
+            if node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.lists:
+                self.gathers += 1
+                return ast.copy_location(ast.Call(ast.Name("_kloom_all_gather_list", ast.Load()), node.args, node.keywords), node)
+        if self._is_cat(node) and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.lists:
+            self.cats += 1
+            return ast.copy_location(ast.Call(ast.Name("_kloom_cat_gathered", ast.Load()), node.args, node.keywords), node)
+        return node
+
+
+def gather_rewrites(source: str) -> int:
+    """How many ``all_gather``-into-list calls feed a ``torch.cat`` of the same list (0: no match)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return 0
+    rewriter = _Rewriter(tree)
+    rewriter.gather_lists(tree)
+    rewriter.visit(tree)
+    return rewriter.gathers
+
+
+def gather_into_tensor(source: str) -> tuple[str, int]:
+    """The source with list all-gathers (whose list is concatenated) and those concatenations
+    routed through the helpers; returns it and the number of gathers rewritten."""
+    if not gather_rewrites(source):
+        return source, 0
+    tree = ast.parse(source)
+    rewriter = _Rewriter(tree)
+    rewriter.gather_lists(tree)
+    tree = rewriter.visit(tree)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n", rewriter.gathers
