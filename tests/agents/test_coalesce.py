@@ -115,3 +115,21 @@ def test_a_wrong_merge_would_be_caught(evaluator, tmp_path):
     candidate.write_text(broken + "\n\nclass ModelNew(Model):\n    pass\n")
     result = evaluator.evaluate(path, candidate, world_size=2)
     assert result.status == "incorrect"
+
+
+def test_the_loop_records_the_rewrite_and_the_catalog_offers_it():
+    from agents.analysis import Analysis
+    from agents.loop import source_rewrites
+    from agents.strategist.catalog import options_for
+
+    found = source_rewrites(Path(find("vocab_parallel_cross_entropy").path).read_text())
+    assert found == {"coalesce_allreduce": 1}
+    base = dict(
+        family="x", world_size=2, device="cpu", collectives=["allreduce"], collective_sizes={"allreduce": 64}, ops=[],
+        n_kernels=12, n_elementwise=6, n_matmul=0, n_attention=0, host_syncs=0, host_sync_ops=[], patterns=[],
+        input_shapes=[], dtypes=[], total_input_bytes=0, param_bytes=0, collective_bytes=64, mutated_inputs=[], output_shapes=[],
+    )
+    offered = {o.strategy for o in options_for(Analysis(**base, source_rewrites=found))}
+    assert {"coalesce_allreduce", "coalesce_allreduce_compiled"} <= offered
+    assert not {"coalesce_allreduce", "coalesce_allreduce_compiled"} & {o.strategy for o in options_for(Analysis(**base))}
+    assert not {o.strategy for o in options_for(Analysis(**dict(base, world_size=1), source_rewrites=found))} & {"coalesce_allreduce"}
