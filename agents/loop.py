@@ -14,11 +14,10 @@ from typing import Any, Protocol
 from kloom.workload import WorkloadError, inspect_workload, read_source
 
 from .analysis import build_analysis, untraced_analysis
-from .strategist.coalesce import coalescable
-from .strategist.gather import gather_rewrites
 from .limits import Budget, LimitReached
 from .records import JobSpec, Plan, Step, Trajectory, Usage, utcnow
 from .roles import Coder, CoderOutput, KBAdvice, Planner, PlanningContext
+from .strategist.codegen import source_rewrites
 from .verifier import Verifier
 
 
@@ -206,12 +205,6 @@ def _prepare(traj: Trajectory, spec: JobSpec, evaluator, sink: TrajectorySink) -
         traj.analysis = analysis.to_dict()
         sink.save(traj, None)
     return source
-
-
-def source_rewrites(source: str) -> dict[str, int]:
-    """The source rewrites that apply to the reference, each with the collective calls it removes."""
-    found = {"coalesce_allreduce": coalescable(source), "gather_into_tensor": gather_rewrites(source)}
-    return {name: count for name, count in found.items() if count}
 
 
 def _advice(kb: KnowledgeBase | None, traj: Trajectory) -> KBAdvice:

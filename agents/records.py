@@ -111,6 +111,16 @@ class Step:
         return self.evaluation["timing"]["speedup"]
 
     @property
+    def reported_speedup(self) -> float | None:
+        """The speedup as reported (job rows, batch reports, the dashboard, benchmarks): the
+        reference run as a candidate (the fallback) measures noise, not an improvement, so its
+        speedup is never reported above 1.0x."""
+        speedup = self.speedup
+        if speedup is None or self.plan.strategy != "reference_copy":
+            return speedup
+        return min(speedup, 1.0)
+
+    @property
     def candidate_ms(self) -> float | None:
         if not self.correct or not self.evaluation or not self.evaluation.get("timing"):
             return None
@@ -147,14 +157,9 @@ class Trajectory:
 
     @property
     def best_speedup(self) -> float | None:
-        """The best step's speedup as reported everywhere (job rows, batch reports, the dashboard).
-
-        The reference run as a candidate (the fallback) measures noise, not an improvement, so
-        its speedup is never reported above 1.0x."""
+        """The best step's speedup as reported everywhere (``Step.reported_speedup``)."""
         best = self.best_step
-        if best is None or best.speedup is None:
-            return None
-        return min(best.speedup, 1.0) if best.plan.strategy == "reference_copy" else best.speedup
+        return best.reported_speedup if best else None
 
     @property
     def usage(self) -> Usage:

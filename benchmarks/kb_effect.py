@@ -84,8 +84,7 @@ def evaluated_until(traj: Trajectory, target: float | None, tolerance: float) ->
         if step.status in NOT_EVALUATED:
             continue
         count += 1
-        speedup = min(step.speedup, 1.0) if step.speedup is not None and step.plan.strategy == "reference_copy" else step.speedup
-        if speedup is not None and speedup >= (1 - tolerance) * target:
+        if step.reported_speedup is not None and step.reported_speedup >= (1 - tolerance) * target:
             return count
     return None
 

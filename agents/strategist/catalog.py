@@ -208,7 +208,7 @@ def _rewritten(a: Analysis, rewrite: str, score: float, why: str) -> list[Option
 
 
 def _coalesce(a: Analysis) -> list[Option]:
-    removed = (a.source_rewrites or {}).get("coalesce_allreduce", 0)
+    removed = a.source_rewrites.get("coalesce_allreduce", 0)
     if a.world_size < 2 or not removed:
         return []
     size = a.collective_sizes.get("allreduce")
@@ -221,7 +221,7 @@ def _coalesce(a: Analysis) -> list[Option]:
 
 
 def _gather_into_tensor(a: Analysis) -> list[Option]:
-    gathers = (a.source_rewrites or {}).get("gather_into_tensor", 0)
+    gathers = a.source_rewrites.get("gather_into_tensor", 0)
     if a.world_size < 2 or not gathers:
         return []
     why = (

@@ -71,20 +71,10 @@ class _Call:
 class _Group:
     key: tuple[str, str]
     calls: list[_Call] = field(default_factory=list)
-    touched: set[str] = field(default_factory=set)  # names that read or write a member's tensor
 
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _called(node: ast.AST) -> set[str]:
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Call):
-            f = n.func
-            out.add(f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "")
-    return out
 
 
 class _Finder:
@@ -172,16 +162,6 @@ def _blocks(tree: ast.AST):
             block = getattr(node, name, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
                 yield node, name, block
-
-
-def coalescable(source: str) -> int:
-    """How many all-reduce calls the rewrite would remove (0: it does not apply)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return 0
-    finder = _Finder(tree)
-    return sum(len(g.calls) - 1 for _, _, block in _blocks(tree) for g in _groups(block, finder))
 
 
 def coalesce_allreduces(source: str) -> tuple[str, int]:

@@ -15,6 +15,19 @@ from .coalesce import COALESCE_HELPER, coalesce_allreduces
 from .gather import GATHER_HELPER, gather_into_tensor
 from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
 
+#: Rewrites that restructure the reference's source: name -> (rewrite returning the new source
+#: and how many calls it changed, the helpers it needs, why it does not apply when it changed none).
+SOURCE_REWRITES = {
+    "coalesce_allreduce": (coalesce_allreduces, COALESCE_HELPER, "the reference has no independent all-reduces with the same reduction to merge"),
+    "gather_into_tensor": (gather_into_tensor, GATHER_HELPER, "the reference concatenates no list that an all_gather fills"),
+}
+
+
+def source_rewrites(source: str) -> dict[str, int]:
+    """The source rewrites that apply to the reference, each with the number of calls it changes."""
+    found = {name: rewrite(source)[1] for name, (rewrite, _, _) in SOURCE_REWRITES.items()}
+    return {name: count for name, count in found.items() if count}
+
 _HEADER = '''
 
 # ---- kloom offline strategist: {label} ----
@@ -176,16 +189,12 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
             helpers += SYMM_ALLREDUCE_HELPER.format(
                 max_bytes=int(params.get("symm_max_bytes", 8 << 20)), algo=params.get("symm_algo", "one_shot")
             )
-        elif rewrite == "coalesce_allreduce":
-            body_source, removed = coalesce_allreduces(body_source)
-            if removed == 0:
-                raise NotApplicable("the reference has no independent all-reduces with the same reduction to merge")
-            helpers += COALESCE_HELPER
-        elif rewrite == "gather_into_tensor":
-            body_source, rewritten = gather_into_tensor(body_source)
-            if rewritten == 0:
-                raise NotApplicable("the reference concatenates no list that an all_gather fills")
-            helpers += GATHER_HELPER
+        elif rewrite in SOURCE_REWRITES:
+            apply, helper, why_not = SOURCE_REWRITES[rewrite]
+            body_source, changed = apply(body_source)
+            if changed == 0:
+                raise NotApplicable(why_not)
+            helpers += helper
         else:
             raise NotApplicable(f"unknown rewrite {rewrite!r}")
 

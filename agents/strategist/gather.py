@@ -61,7 +61,6 @@ class _Rewriter(ast.NodeTransformer):
         self.torch = _torch_names(tree)
         self.lists: set[str] = set()
         self.gathers = 0
-        self.cats = 0
 
     def _is_cat(self, node: ast.Call) -> bool:
         f = node.func
@@ -87,31 +86,19 @@ class _Rewriter(ast.NodeTransformer):
                 self.gathers += 1
                 return ast.copy_location(ast.Call(ast.Name("_kloom_all_gather_list", ast.Load()), node.args, node.keywords), node)
         if self._is_cat(node) and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.lists:
-            self.cats += 1
             return ast.copy_location(ast.Call(ast.Name("_kloom_cat_gathered", ast.Load()), node.args, node.keywords), node)
         return node
 
 
-def gather_rewrites(source: str) -> int:
-    """How many ``all_gather``-into-list calls feed a ``torch.cat`` of the same list (0: no match)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return 0
-    rewriter = _Rewriter(tree)
-    rewriter.gather_lists(tree)
-    rewriter.visit(tree)
-    return rewriter.gathers
-
-
 def gather_into_tensor(source: str) -> tuple[str, int]:
     """The source with list all-gathers (whose list is concatenated) and those concatenations
-    routed through the helpers; returns it and the number of gathers rewritten."""
-    if not gather_rewrites(source):
-        return source, 0
+    routed through the helpers; returns it and the number of gathers rewritten (0: the source
+    unchanged)."""
     tree = ast.parse(source)
     rewriter = _Rewriter(tree)
     rewriter.gather_lists(tree)
+    if not rewriter.lists:
+        return source, 0
     tree = rewriter.visit(tree)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n", rewriter.gathers

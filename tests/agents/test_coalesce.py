@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.strategist.coalesce import coalescable, coalesce_allreduces
-from agents.strategist.codegen import NotApplicable, render
+from agents.strategist.coalesce import coalesce_allreduces
+from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
 
@@ -29,7 +29,7 @@ def test_independent_sums_merge_at_the_last_call_and_keep_the_rest_of_the_file()
         """
     )
     out, removed = coalesce_allreduces(source)
-    assert removed == 1 and coalescable(source) == 1
+    assert removed == 1 and source_rewrites(source) == {"coalesce_allreduce": 1}
     assert "dist.all_reduce" not in out
     assert "_kloom_all_reduce_coalesced([a, b])" in out
     assert "# a comment that must survive" in out
@@ -119,7 +119,6 @@ def test_a_wrong_merge_would_be_caught(evaluator, tmp_path):
 
 def test_the_loop_records_the_rewrite_and_the_catalog_offers_it():
     from agents.analysis import Analysis
-    from agents.loop import source_rewrites
     from agents.strategist.catalog import options_for
 
     found = source_rewrites(Path(find("vocab_parallel_cross_entropy").path).read_text())

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.strategist.codegen import NotApplicable, render
-from agents.strategist.gather import GATHER_HELPER, gather_into_tensor, gather_rewrites
+from agents.strategist.codegen import NotApplicable, render, source_rewrites
+from agents.strategist.gather import GATHER_HELPER, gather_into_tensor
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
 
@@ -30,7 +30,7 @@ def test_a_gathered_list_that_is_concatenated_is_rewritten():
             return T.cat(parts, dim=1), T.cat(other)
         """
     )
-    assert gather_rewrites(source) == 1
+    assert source_rewrites(source) == {"gather_into_tensor": 1}
     out, n = gather_into_tensor(source)
     assert n == 1
     assert "_kloom_all_gather_list(parts, x)" in out
@@ -40,7 +40,7 @@ def test_a_gathered_list_that_is_concatenated_is_rewritten():
 
 def test_a_gather_whose_list_is_not_concatenated_is_left_alone():
     source = "import torch.distributed as dist\n\ndef f(x, parts):\n    dist.all_gather(parts, x)\n    return parts[0]\n"
-    assert gather_rewrites(source) == 0
+    assert source_rewrites(source) == {}
     assert gather_into_tensor(source) == (source, 0)
     with pytest.raises(NotApplicable):
         render(source + "\nclass Model:\n    pass\n", {"wrapper": "none", "rewrites": ["gather_into_tensor"]}, mutated_inputs=[], label="t")
@@ -103,4 +103,4 @@ def test_a_rewritten_candidate_is_correct_on_every_rank(evaluator, tmp_path, dim
 
 def test_suite_workloads_already_gathering_into_a_tensor_get_no_such_option():
     source = Path(find("tp_allgather_gemm").path).read_text()
-    assert gather_rewrites(source) == 0
+    assert "gather_into_tensor" not in source_rewrites(source)
