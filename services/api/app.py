@@ -11,7 +11,7 @@ import logging
 from contextlib import asynccontextmanager
 
 from celery import Celery
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -83,12 +83,21 @@ def create_app(settings: Settings | None = None, *, celery: Celery | None = None
     return app
 
 
+def _takes_form(request: Request) -> bool:
+    """Whether the matched endpoint reads its body as form fields (a file upload, say)."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    return any(isinstance(p.field_info, params.Form) for p in getattr(dependant, "body_params", None) or [])
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # One readable sentence, plus the structured list; never the input itself (it may be a whole file).
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         text = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'request'}: {e['msg']}" for e in errors)
+        if _takes_form(request) and "json" in request.headers.get("content-type", ""):
+            # Form fields read from a JSON body all look missing: say what the endpoint takes instead.
+            text = f"this endpoint takes form fields (multipart/form-data, e.g. curl -F world_size=2), not a JSON body ({text})"
         return JSONResponse({"detail": f"invalid request: {text}", "errors": errors}, status_code=422)
 
     @app.exception_handler(OperationalError)

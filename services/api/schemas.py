@@ -110,6 +110,9 @@ class WorkloadSource(BaseModel):
 
 
 class BatchCreate(JobSettings):
+    # A misspelt or unsupported field must not silently start a whole suite with the defaults.
+    model_config = ConfigDict(extra="forbid")
+
     suite: str = Field("kloom", max_length=200, description="Suite name: kloom (built in) or an imported suite.")
 
 

@@ -69,6 +69,9 @@ def test_workload_choice_and_names(client, new_key):
     assert both.status_code == 422 and "not both" in both.json()["detail"]
     unknown = client.post("/api/v1/jobs", data={"world_size": "2", "workload": "no_such_thing"}, headers=headers)
     assert unknown.status_code == 422 and "no workload named 'no_such_thing'" in unknown.json()["detail"]
+    # A JSON body where form fields are expected is told so, not that every field is missing.
+    as_json = client.post("/api/v1/jobs", json={"world_size": 2, "workload": "all_reduce_small"}, headers=headers)
+    assert as_json.status_code == 422 and "takes form fields" in as_json.json()["detail"]
     # A path is not a name: the server's files stay out of reach.
     path = client.post("/api/v1/jobs", data={"world_size": "1", "workload": "/etc/passwd.py"}, headers=headers)
     assert path.status_code == 422
@@ -82,6 +85,8 @@ def test_bad_batches(client, new_key, sessions):
     assert unknown.status_code == 422 and "unknown suite 'nope'" in unknown.json()["detail"]
     none = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 3}, headers=headers)
     assert none.status_code == 422 and "supports world size 3" in none.json()["detail"]
+    extra = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "workloads": ["all_gather"]}, headers=headers)
+    assert extra.status_code == 422 and "workloads" in extra.json()["detail"]
     malformed = client.post("/api/v1/batches", content=b"{not json", headers={**headers, "Content-Type": "application/json"})
     assert malformed.status_code == 422 and malformed.json()["detail"]
     with sessions() as s:
