@@ -190,17 +190,21 @@ def _row_chunks(a: Analysis) -> list[Option]:
     ]
 
 
-def _rewritten(a: Analysis, rewrite: str, score: float, why: str) -> list[Option]:
-    """A source rewrite on its own, and (where there is elementwise work to fuse) compiled."""
+def _rewritten(a: Analysis, rewrite: str, score: float, why: str, compiled_score: float | None = None) -> list[Option]:
+    """A source rewrite on its own, and (where there is elementwise work to fuse) compiled.
+    ``compiled_score``: the compiled variant's prior, for a rewrite that itself makes the
+    elementwise work inductor fuses (then the variant is offered whatever the trace counted)."""
     params = {"wrapper": "none", "rewrites": [rewrite]}
     opts = [Option(rewrite, params, score, why)]
-    if a.n_elementwise >= 2:
+    if compiled_score is None and a.n_elementwise >= 2:
+        compiled_score = score - 0.05 + 0.02 * min(a.n_elementwise, 10)
+    if compiled_score is not None:
         dynamic = {} if a.graph_capturable else {"dynamic": True}
         opts.append(
             Option(
                 f"{rewrite}_compiled",
                 dict(params, wrapper="compile", compile_mode="default", **dynamic),
-                score - 0.05 + 0.02 * min(a.n_elementwise, 10),
+                compiled_score,
                 why + ", and the elementwise work around it fused by inductor",
             )
         )
@@ -231,6 +235,23 @@ def _gather_into_tensor(a: Analysis) -> list[Option]:
     return _rewritten(a, "gather_into_tensor", 0.3 + (0.2 if a.dominant in ("hbm", "link") else 0.0), why)
 
 
+def _depthwise_conv(a: Analysis) -> list[Option]:
+    convs = a.source_rewrites.get("depthwise_conv", 0)
+    if not convs:
+        return []
+    hbm = a.dominant == "hbm"
+    why = (
+        f"{convs} conv1d/conv2d call(s) pass groups and may be depthwise: as shifted multiply-adds (float32 "
+        "accumulation, one rounding) they become elementwise work, where cuDNN's depthwise kernels run far from the "
+        f"HBM floor and inductor keeps a convolution as an extern call{' (the roofline says HBM dominates)' if hbm else ''}"
+    )
+    # The rewrite exists for inductor: compiled, the taps, the padding or concatenation before and
+    # the activation after become one pass over memory; eagerly, each tap is a float32 pass of its
+    # own, a fallback that rarely beats cuDNN. So the compiled variant is tried early.
+    compiled = 0.9 + (0.3 if hbm else 0.0) + 0.05 * min(convs, 4)
+    return _rewritten(a, "depthwise_conv", 0.15 + (0.1 if hbm else 0.0), why, compiled_score=compiled)
+
+
 STRATEGIES: list[Strategy] = [
     Strategy("reference_copy", "Run the reference itself (a correct anchor).", _reference_copy),
     Strategy("cuda_graph", "Capture the whole step, collectives included, in one CUDA graph.", _cuda_graph, requires_cuda=True),
@@ -239,6 +260,7 @@ STRATEGIES: list[Strategy] = [
     Strategy("micro_pipeline_tp", "Overlap all-gather/reduce-scatter with the matmul (symmetric-memory pipelines).", _micro_pipeline_tp, requires_cuda=True),
     Strategy("coalesce_allreduce", "Merge independent all-reduces of the same reduction into one collective.", _coalesce),
     Strategy("gather_into_tensor", "All-gather into a list + cat becomes one all_gather_into_tensor.", _gather_into_tensor),
+    Strategy("depthwise_conv", "Depthwise conv1d/conv2d as shifted multiply-adds that inductor fuses.", _depthwise_conv),
     Strategy("row_chunk_overlap", "Pipeline independent row slices over streams: collective of one, compute of the next.", _row_chunks, requires_cuda=True),
 ]
 

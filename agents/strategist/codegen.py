@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from .coalesce import COALESCE_HELPER, coalesce_allreduces
+from .depthwise import DEPTHWISE_HELPER, depthwise_conv
 from .gather import GATHER_HELPER, gather_into_tensor
 from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
 
@@ -20,6 +21,7 @@ from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
 SOURCE_REWRITES = {
     "coalesce_allreduce": (coalesce_allreduces, COALESCE_HELPER, "the reference has no independent all-reduces with the same reduction to merge"),
     "gather_into_tensor": (gather_into_tensor, GATHER_HELPER, "the reference concatenates no list that an all_gather fills"),
+    "depthwise_conv": (depthwise_conv, DEPTHWISE_HELPER, "the reference calls no conv1d/conv2d that can be depthwise (groups set, stride and dilation 1)"),
 }
 
 
@@ -173,7 +175,8 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
     - ``compile_options``: inductor options (instead of a mode)
     - ``rewrites``: ``["symm_allreduce"]``, with ``symm_max_bytes`` and ``symm_algo`` (``one_shot`` | ``two_shot``);
       ``["coalesce_allreduce"]``: independent all-reduces merged into one (``coalesce.py``);
-      ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather.py``)
+      ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather.py``);
+      ``["depthwise_conv"]``: depthwise conv1d/conv2d as shifted multiply-adds inductor can fuse (``depthwise.py``)
     - ``warmup``: warm-up calls before a graph capture
     - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
     - ``dynamic``: compile with dynamic shapes (steps whose shapes change between calls)
@@ -216,7 +219,7 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
         + (" (each slice compiled)" if params.get("inner") == "compile" else ""),
     }[wrapper]
     if params.get("rewrites"):
-        description += f", with rewritten collectives ({', '.join(params['rewrites'])})"
+        description += f", with rewritten calls ({', '.join(params['rewrites'])})"
     if wrapper == "none":
         fn_expr, body = "self._kloom_eager", _BODY_DIRECT
     elif wrapper == "compile":

@@ -1,9 +1,9 @@
-"""Source-to-source rewrites of a reference's collectives, applied on its syntax tree.
+"""Source-to-source rewrites of a reference's calls, applied on its syntax tree.
 
-Each rewrite finds a structural pattern (a call of a ``torch.distributed`` collective, whatever the
-module alias) and replaces it with a call of a helper that the coder appends to the candidate.
-The helpers fall back to the original collective whenever their fast path does not apply, so a
-rewrite never changes what is computed.
+Each rewrite finds a structural pattern (a call of a ``torch.distributed`` collective or of a
+``torch.nn.functional`` operator, whatever the module alias) and replaces it with a call of a
+helper that the coder appends to the candidate. The helpers fall back to the original call
+whenever their fast path does not apply, so a rewrite never changes what is computed.
 """
 
 from __future__ import annotations
@@ -11,37 +11,50 @@ from __future__ import annotations
 import ast
 
 
-def dist_aliases(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
-    """Names bound to ``torch.distributed``, and the local names of functions imported from it
-    (``from torch.distributed import all_reduce as ar`` gives ``{"ar": "all_reduce"}``)."""
+def module_aliases(tree: ast.Module, module: str) -> tuple[set[str], dict[str, str]]:
+    """Expressions that name the module ``module`` (a dotted path such as ``torch.nn.functional``),
+    and the local names of functions imported from it. ``import torch.nn.functional as F`` gives
+    ``F``, ``from torch import nn`` gives ``nn.functional``, a plain ``import torch`` the full path,
+    and ``from torch.nn.functional import conv1d as c`` gives ``{"c": "conv1d"}``."""
     modules: set[str] = set()
     functions: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "torch.distributed" and alias.asname:
-                    modules.add(alias.asname)
-                elif alias.name in ("torch", "torch.distributed") and not alias.asname:
-                    modules.add("torch.distributed")
-        elif isinstance(node, ast.ImportFrom):
-            if node.module == "torch":
-                for alias in node.names:
-                    if alias.name == "distributed":
-                        modules.add(alias.asname or "distributed")
-            elif node.module == "torch.distributed":
-                for alias in node.names:
-                    functions[alias.asname or alias.name] = alias.name
+                if alias.asname is None:
+                    # ``import a.b`` binds ``a``: the module is reached by its full path.
+                    if alias.name.split(".")[0] == module.split(".")[0]:
+                        modules.add(module)
+                elif alias.name == module or module.startswith(alias.name + "."):
+                    modules.add(alias.asname + module[len(alias.name):])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                full, local = f"{node.module}.{alias.name}", alias.asname or alias.name
+                if full == module or module.startswith(full + "."):
+                    modules.add(local + module[len(full):])
+                elif node.module == module:
+                    functions[local] = alias.name
     return modules, functions
 
 
-def is_dist_call(node: ast.Call, name: str, modules: set[str], functions: dict[str, str]) -> bool:
-    """Whether ``node`` calls the ``torch.distributed`` function ``name``, under any alias."""
+def dist_aliases(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+    """``module_aliases`` of ``torch.distributed`` (``from torch.distributed import all_reduce as ar``
+    gives ``{"ar": "all_reduce"}``)."""
+    return module_aliases(tree, "torch.distributed")
+
+
+def is_module_call(node: ast.Call, name: str, modules: set[str], functions: dict[str, str]) -> bool:
+    """Whether ``node`` calls the function ``name`` of the module whose aliases are given, under any alias."""
     func = node.func
     if isinstance(func, ast.Name):
         return functions.get(func.id) == name
     if isinstance(func, ast.Attribute) and func.attr == name:
         return ast.unparse(func.value) in modules
     return False
+
+
+#: The collective rewrites' name for it: ``is_module_call`` with ``dist_aliases``.
+is_dist_call = is_module_call
 
 
 class _CallRenamer(ast.NodeTransformer):
