@@ -29,6 +29,13 @@ class Budget:
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
+    def remaining_s(self) -> float | None:
+        """Wall time left to the job, or None without a wall-time limit: the deadline of the
+        step's evaluation, so that one slow candidate cannot carry a job far past its limit."""
+        if self.limits.max_wall_s is None:
+            return None
+        return max(0.0, self.limits.max_wall_s - self.elapsed_s())
+
     def check(self, *, before_step: bool = False) -> None:
         """Raise ``LimitReached`` if any limit is reached (call before every model call and step)."""
         lim = self.limits

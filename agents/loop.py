@@ -268,7 +268,10 @@ def _step(index: int, ctx: PlanningContext, planner: Planner, coder: Coder, veri
         # A model's answer may hold a lone surrogate: hashed as it is; the evaluator refuses it.
         step.candidate_sha256 = hashlib.sha256(written.code.encode("utf-8", "surrogatepass")).hexdigest()
         t0 = time.monotonic()
-        verdict = verifier.verify(written.code, plan, ctx)
+        # The job's clock bounds the evaluation too; the fallback step (run after the clock ran
+        # out, so that the job ends with a correct kernel) is bounded only by the evaluator.
+        deadline = None if plan_override is not None else ctx.budget.remaining_s()
+        verdict = verifier.verify(written.code, plan, ctx, deadline_s=deadline)
         seconds["verify"] = time.monotonic() - t0
         step.status = verdict.status
         step.evaluation = verdict.evaluation

@@ -120,3 +120,36 @@ def test_a_broken_workload_fails_the_job_with_its_reason(evaluator, tmp_path):
     spec = JobSpec(workload=str(bad), world_size=1, profile="none", use_kb=False)
     traj = run_job(spec, FileSink(tmp_path / "out"), evaluator=evaluator)
     assert traj.state == "failed" and "no class Model" in traj.stop_reason
+
+
+def test_the_wall_time_limit_bounds_a_running_evaluation(evaluator, tmp_path):
+    """A candidate that hangs in its first call would hold the job for the evaluator's load limit
+    (a minute on CPU, ten on CUDA); the job's wall-time limit cuts its evaluation short instead,
+    and the job still ends with a correct kernel (the reference, as the fallback step)."""
+    import time
+
+    from agents.records import Plan
+    from agents.roles import CoderOutput
+    from agents.strategist import OfflinePlanner
+
+    spinning = (Path(__file__).parents[1] / "evaluator" / "adversarial" / "spins_forever.py").read_text()
+
+    class SpinningPlanner(OfflinePlanner):
+        def plan(self, ctx):
+            from agents.records import Usage
+
+            return Plan(strategy="spin", rationale="a candidate that never returns"), Usage()
+
+    class Coder(OfflineCoder):
+        def write(self, plan, ctx):
+            return CoderOutput(code=spinning) if plan.strategy == "spin" else super().write(plan, ctx)
+
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=5, max_wall_s=8.0), profile="none", use_kb=False)
+    started = time.monotonic()
+    traj = run_job(spec, FileSink(tmp_path), evaluator=evaluator, planner=SpinningPlanner(), coder=Coder())
+    took = time.monotonic() - started
+    assert traj.steps[0].status == "timeout" and "deadline" in traj.steps[0].error
+    assert traj.steps[-1].plan.strategy == "reference_copy" and traj.best_step is not None
+    assert traj.state == "stopped" and "wall-time" in traj.stop_reason
+    assert took < 45.0, f"the job took {took:.0f} s against an 8 s limit"

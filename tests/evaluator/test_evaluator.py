@@ -174,3 +174,24 @@ def test_in_rank_judge_catches_the_same_cheats(in_rank_evaluator, name):
     """Forcing the on-device comparison for tiny outputs shows it catches what the pool-side judge catches."""
     bad = in_rank_evaluator.evaluate(LINEAR, HERE / "adversarial" / f"{name}.py", world_size=2)
     assert bad.status == "incorrect", bad.summary()
+
+
+def test_a_deadline_bounds_the_whole_evaluation(evaluator):
+    """A job's wall-time limit reaches into the evaluation: a candidate that spins in its first
+    call (which alone may take the load limit, a minute here) is stopped when the deadline runs
+    out, says so, and the rebuilt pool then judges an honest candidate within a generous one."""
+    import time
+
+    started = time.monotonic()
+    result = evaluator.evaluate(LINEAR, HERE / "adversarial" / "spins_forever.py", world_size=2, deadline_s=4.0)
+    took = time.monotonic() - started
+    assert result.status == "timeout", result.summary()
+    assert "deadline of 4 s ran out" in result.error.message
+    assert took < 4.0 + 15.0  # the deadline, plus killing the pool
+    honest = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2, deadline_s=300.0)
+    assert honest.correct, honest.summary()
+
+
+def test_a_spent_deadline_stops_before_asking_the_ranks(evaluator):
+    result = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2, deadline_s=0.0)
+    assert result.status == "timeout" and "deadline" in result.error.message

@@ -58,6 +58,7 @@ class Evaluator:
         self.settings = settings or EvalSettings.for_device(device)
         self.devices = devices
         self.pools: dict[int, RankPool] = {}
+        self._ends_at: float | None = None  # monotonic end of the running evaluation's deadline
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -87,10 +88,16 @@ class Evaluator:
         *,
         world_size: int,
         candidate_source: str | None = None,
+        deadline_s: float | None = None,
     ) -> EvalResult:
-        """Judge one candidate (a file, or its source text) on ``workload`` at ``world_size``."""
+        """Judge one candidate (a file, or its source text) on ``workload`` at ``world_size``.
+
+        ``deadline_s`` bounds the whole evaluation (a job's wall-time limit, say): every request to
+        the ranks gets the smaller of its own limit and what is left, and an evaluation that runs
+        out is a ``timeout`` that says so."""
         result = EvalResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
         started = time.monotonic()
+        self._ends_at = None if deadline_s is None else started + max(0.0, deadline_s)
         ran = False  # whether workload or candidate code ran in the pool
         try:
             info, source = self._static(workload, candidate, candidate_source, world_size, result)
@@ -104,7 +111,10 @@ class Evaluator:
             result.error = stop.error
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
+            if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
+                result.error.message += f" (this evaluation's deadline of {deadline_s:.0f} s ran out)"
         finally:
+            self._ends_at = None
             if ran and result.status in POOL_KILLING and world_size in self.pools:
                 self.pools[world_size].kill()
         result.compiled = result.status not in ("compile_error", "rejected", "workload_error") and result.compiled
@@ -254,7 +264,7 @@ class Evaluator:
                     "timing": self._timing_args(),
                     "transfer_bytes": s.judge_transfer_bytes,
                 },
-                timeout=self._prepare_timeout(len(seeds)),
+                timeout=self._limit(self._prepare_timeout(len(seeds))),
             )
             self._raise_errors(prep, "prepare", "workload_error")
         tolerance = resolve_tolerance(prep.by_rank[0].get("tolerance"), s.tolerance)
@@ -264,7 +274,7 @@ class Evaluator:
             replies = pool.request(
                 "load_candidate",
                 {"path": cand_path, "init_seed": base, "tolerance": tolerance_to_names(tolerance)},
-                timeout=s.load_timeout_s,
+                timeout=self._limit(s.load_timeout_s),
             )
             self._raise_errors(replies, "load_candidate", "compile_error")
         result.compiled = True
@@ -275,7 +285,7 @@ class Evaluator:
                     raise _Stop("incorrect")
 
         with self._phase(result, "timing"), self._gpu_sampler(pool, world) as sampler:
-            timing = pool.request("time", {"which": "candidate", "timing": self._timing_args()}, timeout=s.timing_timeout_s)
+            timing = pool.request("time", {"which": "candidate", "timing": self._timing_args()}, timeout=self._limit(s.timing_timeout_s))
             self._raise_errors(timing, "time", "runtime_error")
         if sampler is not None:
             nvml = sampler.summary()
@@ -291,10 +301,10 @@ class Evaluator:
         after = None
         if s.recheck_reference:
             with self._phase(result, "reference_recheck"):
-                again = pool.request("time", {"which": "reference", "timing": self._timing_args()}, timeout=s.timing_timeout_s)
+                again = pool.request("time", {"which": "reference", "timing": self._timing_args()}, timeout=self._limit(s.timing_timeout_s))
                 self._raise_errors(again, "time", "runtime_error")
                 after = [TimeStats.from_samples(again.by_rank[r]["times"]) for r in range(world)]
-        released = pool.request("release", {"everything": True}, timeout=s.call_timeout_s)
+        released = pool.request("release", {"everything": True}, timeout=self._limit(s.call_timeout_s))
         self._raise_errors(released, "release", "runtime_error")
 
         ref_ms = max(t.median_ms for t in ref_times)
@@ -314,7 +324,7 @@ class Evaluator:
     def _trial(self, pool: RankPool, prep: Replies, k: int, phase: str, tolerance, result: EvalResult) -> bool:
         # The first call may compile (torch.compile, Triton, CUDA graphs): it gets the load limit.
         timeout = max(self.settings.call_timeout_s, self.settings.load_timeout_s) if k == 0 else self.settings.call_timeout_s
-        replies = pool.request("trial", {"k": k}, timeout=timeout)
+        replies = pool.request("trial", {"k": k}, timeout=self._limit(timeout))
         self._raise_errors(replies, "trial", "runtime_error")
         record = TrialRecord(trial=k, seed=result.seeds[k], phase=phase, ok=True)
         for rank in range(result.world_size):
@@ -328,6 +338,15 @@ class Evaluator:
         return record.ok
 
     # Helpers -----------------------------------------------------------------------------------
+    def _limit(self, timeout: float) -> float:
+        """``timeout``, or less where this evaluation's deadline comes first."""
+        if self._ends_at is None:
+            return timeout
+        left = self._ends_at - time.monotonic()
+        if left <= 0:
+            raise PoolFailure("timeout", "the evaluation's deadline ran out before the ranks were asked for more")
+        return min(timeout, left)
+
     def _raise_errors(self, replies: Replies, op: str, status: str) -> None:
         violations = replies.violations()
         if violations:
