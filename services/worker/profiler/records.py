@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from services.worker.evaluator.records import _from_dict
 
+from .timeline import Breakdown
+
 Tool = Literal["ncu", "torch_profiler", "none"]
 Status = Literal["ok", "unavailable", "failed", "timeout"]
 PROFILE_VERSION = 1
@@ -47,28 +49,12 @@ class KernelStat:
 
 
 @dataclass
-class RankTimeline:
-    """One rank's profiled window from the PyTorch profiler (microseconds)."""
+class RankTimeline(Breakdown):
+    """One rank's profiled window from the PyTorch profiler (microseconds): the breakdown of
+    ``timeline.breakdown`` with the rank and the number of iterations it covers."""
 
-    rank: int
-    iterations: int
-    window_us: float
-    busy_us: float
-    compute_us: float
-    communication_us: float
-    exposed_communication_us: float
-
-    @property
-    def communication_share(self) -> float:
-        return self.communication_us / self.busy_us if self.busy_us > 0 else 0.0
-
-    @property
-    def exposed_share(self) -> float:
-        return self.exposed_communication_us / self.busy_us if self.busy_us > 0 else 0.0
-
-    @property
-    def idle_share(self) -> float:
-        return max(0.0, self.window_us - self.busy_us) / self.window_us if self.window_us > 0 else 0.0
+    rank: int = 0
+    iterations: int = 0
 
 
 @dataclass
