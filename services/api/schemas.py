@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -114,6 +114,9 @@ class BatchCreate(JobSettings):
     model_config = ConfigDict(extra="forbid")
 
     suite: str = Field("kloom", max_length=200, description="Suite name: kloom (built in) or an imported suite.")
+    workloads: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=1000, description="Only these workloads of the suite (by name); all of them when left out."
+    )
 
 
 class BatchWorkload(BaseModel):

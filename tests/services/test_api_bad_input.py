@@ -85,8 +85,12 @@ def test_bad_batches(client, new_key, sessions):
     assert unknown.status_code == 422 and "unknown suite 'nope'" in unknown.json()["detail"]
     none = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 3}, headers=headers)
     assert none.status_code == 422 and "supports world size 3" in none.json()["detail"]
-    extra = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "workloads": ["all_gather"]}, headers=headers)
-    assert extra.status_code == 422 and "workloads" in extra.json()["detail"]
+    extra = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "workload": ["all_gather"]}, headers=headers)
+    assert extra.status_code == 422 and "workload" in str(extra.json()["detail"])
+    misnamed = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "workloads": ["all_gather", "no_such"]}, headers=headers)
+    assert misnamed.status_code == 422 and "no workload named 'no_such' in the kloom suite" in misnamed.json()["detail"]
+    empty_name = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "workloads": [""]}, headers=headers)
+    assert empty_name.status_code == 422
     malformed = client.post("/api/v1/batches", content=b"{not json", headers={**headers, "Content-Type": "application/json"})
     assert malformed.status_code == 422 and malformed.json()["detail"]
     with sessions() as s:

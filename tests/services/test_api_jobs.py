@@ -184,3 +184,15 @@ def test_metrics_and_openapi(client, new_key):
     assert f'kloom_queue_depth{{queue="{IDLE_QUEUE}"}}' in text
     spec = client.get("/openapi.json").json()
     assert "/api/v1/jobs/{job_id}/events" in spec["paths"] and "/api/v1/batches" in spec["paths"]
+
+
+def test_a_batch_of_named_workloads_runs_only_those(client, new_key):
+    headers = new_key()
+    names = ["tp_gemm_allreduce", "all_gather", "all_gather"]  # a repeat runs once
+    r = client.post("/api/v1/batches", json={"suite": "kloom", "world_size": 2, "max_iters": 1, "workloads": names}, headers=headers)
+    assert r.status_code == 201, r.text
+    batch = r.json()
+    assert sorted(w["workload_name"] for w in batch["workloads"]) == ["all_gather", "tp_gemm_allreduce"]
+    assert batch["settings"]["workloads"] == names
+    again = client.get(f"/api/v1/batches/{batch['id']}", headers=headers).json()
+    assert len(again["workloads"]) == 2
