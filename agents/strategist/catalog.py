@@ -157,21 +157,6 @@ def _micro_pipeline_tp(a: Analysis) -> list[Option]:
     ]
 
 
-def _fused_ag_matmul(a: Analysis) -> list[Option]:
-    pairs = a.source_rewrites.get("fused_ag_matmul", 0)
-    if a.device != "cuda" or a.world_size < 2 or not pairs:
-        return []
-    bound = a.dominant in ("compute", "link")
-    why = (
-        f"{pairs} all_gather_into_tensor + matmul / matmul + reduce_scatter_tensor pair(s) in the source: torch symmetric "
-        "memory's fused_all_gather_matmul / fused_matmul_reduce_scatter overlap each shard's transfer with the matmul "
-        "of another, called directly (inductor's micro-pipeline pass measured no gain on these steps)"
-    )
-    # Above micro_pipeline_tp (0.35, +0.2 when compute- or link-bound), which reaches the same ops only
-    # through inductor's pattern matching.
-    return [Option("fused_ag_matmul", {"wrapper": "none", "rewrites": ["fused_ag_matmul"]}, 0.45 + (0.35 if bound else 0.0), why)]
-
-
 def _overlap_share(a: Analysis) -> float:
     """The share of the unoverlapped time that overlapping communication with compute can hide."""
     t = a.roofline_terms or {}
@@ -267,16 +252,33 @@ def _depthwise_conv(a: Analysis) -> list[Option]:
     return _rewritten(a, "depthwise_conv", 0.15 + (0.1 if hbm else 0.0), why, compiled_score=compiled)
 
 
+def _prefetch_exchange(a: Analysis) -> list[Option]:
+    loops = a.source_rewrites.get("prefetch_exchange", 0)
+    if a.device != "cuda" or a.world_size < 2 or not loops:
+        return []
+    share = _overlap_share(a)
+    bound = a.dominant in ("compute", "link")
+    why = (
+        f"{loops} loop(s) wait for a point-to-point exchange of their carried state before computing with it: "
+        "issued one iteration early on a side stream, each exchange overlaps the previous iteration's compute "
+        f"(the roofline puts {100 * share:.0f}% of the unoverlapped time in the part overlap can hide)"
+    )
+    # Nothing else hides this communication: torch.compile breaks the graph at P2P calls and a CUDA
+    # graph replays the same serial order, so for compute- or link-bound steps it goes first.
+    # No compiled variant: inductor would only compile the pieces between the exchanges.
+    return [Option("prefetch_exchange", {"wrapper": "none", "rewrites": ["prefetch_exchange"]}, 0.5 + (0.3 if bound else 0.0) + share, why)]
+
+
 STRATEGIES: list[Strategy] = [
     Strategy("reference_copy", "Run the reference itself (a correct anchor).", _reference_copy),
     Strategy("cuda_graph", "Capture the whole step, collectives included, in one CUDA graph.", _cuda_graph, requires_cuda=True),
     Strategy("torch_compile", "Compile the step with torch.compile (fusion, CUDA graphs by segment).", _torch_compile),
     Strategy("symm_mem_allreduce", "Latency-bound all-reduce through torch symmetric memory.", _symm_allreduce, requires_cuda=True),
     Strategy("micro_pipeline_tp", "Overlap all-gather/reduce-scatter with the matmul (symmetric-memory pipelines).", _micro_pipeline_tp, requires_cuda=True),
-    Strategy("fused_ag_matmul", "All-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (a source rewrite).", _fused_ag_matmul, requires_cuda=True),
     Strategy("coalesce_allreduce", "Merge independent all-reduces of the same reduction into one collective.", _coalesce),
     Strategy("gather_into_tensor", "All-gather into a list + cat becomes one all_gather_into_tensor.", _gather_into_tensor),
     Strategy("depthwise_conv", "Depthwise conv1d/conv2d as shifted multiply-adds that inductor fuses.", _depthwise_conv),
+    Strategy("prefetch_exchange", "Issue a loop-carried point-to-point exchange one iteration early on a side stream.", _prefetch_exchange, requires_cuda=True),
     Strategy("row_chunk_overlap", "Pipeline independent row slices over streams: collective of one, compute of the next.", _row_chunks, requires_cuda=True),
 ]
 
