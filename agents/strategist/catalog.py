@@ -157,6 +157,21 @@ def _micro_pipeline_tp(a: Analysis) -> list[Option]:
     ]
 
 
+def _fused_ag_matmul(a: Analysis) -> list[Option]:
+    pairs = a.source_rewrites.get("fused_ag_matmul", 0)
+    if a.device != "cuda" or a.world_size < 2 or not pairs:
+        return []
+    bound = a.dominant in ("compute", "link")
+    why = (
+        f"{pairs} all_gather_into_tensor + matmul / matmul + reduce_scatter_tensor pair(s) in the source: torch symmetric "
+        "memory's fused_all_gather_matmul / fused_matmul_reduce_scatter overlap each shard's transfer with the matmul "
+        "of another, called directly (inductor's micro-pipeline pass measured no gain on these steps)"
+    )
+    # Above micro_pipeline_tp (0.35, +0.2 when compute- or link-bound), which reaches the same ops only
+    # through inductor's pattern matching.
+    return [Option("fused_ag_matmul", {"wrapper": "none", "rewrites": ["fused_ag_matmul"]}, 0.45 + (0.35 if bound else 0.0), why)]
+
+
 def _overlap_share(a: Analysis) -> float:
     """The share of the unoverlapped time that overlapping communication with compute can hide."""
     t = a.roofline_terms or {}
@@ -275,6 +290,7 @@ STRATEGIES: list[Strategy] = [
     Strategy("torch_compile", "Compile the step with torch.compile (fusion, CUDA graphs by segment).", _torch_compile),
     Strategy("symm_mem_allreduce", "Latency-bound all-reduce through torch symmetric memory.", _symm_allreduce, requires_cuda=True),
     Strategy("micro_pipeline_tp", "Overlap all-gather/reduce-scatter with the matmul (symmetric-memory pipelines).", _micro_pipeline_tp, requires_cuda=True),
+    Strategy("fused_ag_matmul", "All-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (a source rewrite).", _fused_ag_matmul, requires_cuda=True),
     Strategy("coalesce_allreduce", "Merge independent all-reduces of the same reduction into one collective.", _coalesce),
     Strategy("gather_into_tensor", "All-gather into a list + cat becomes one all_gather_into_tensor.", _gather_into_tensor),
     Strategy("depthwise_conv", "Depthwise conv1d/conv2d as shifted multiply-adds that inductor fuses.", _depthwise_conv),

@@ -13,6 +13,7 @@ from typing import Any
 
 from .coalesce import COALESCE_HELPER, coalesce_allreduces
 from .depthwise import DEPTHWISE_HELPER, depthwise_conv
+from .fused_matmul import FUSED_MATMUL_HELPER, fused_ag_matmul
 from .gather import GATHER_HELPER, gather_into_tensor
 from .prefetch import PREFETCH_HELPER, prefetch_exchange
 from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
@@ -23,6 +24,7 @@ SOURCE_REWRITES = {
     "coalesce_allreduce": (coalesce_allreduces, COALESCE_HELPER, "the reference has no independent all-reduces with the same reduction to merge"),
     "gather_into_tensor": (gather_into_tensor, GATHER_HELPER, "the reference concatenates no list that an all_gather fills"),
     "depthwise_conv": (depthwise_conv, DEPTHWISE_HELPER, "the reference calls no conv1d/conv2d that can be depthwise (groups set, stride and dilation 1)"),
+    "fused_ag_matmul": (fused_ag_matmul, FUSED_MATMUL_HELPER, "the reference has no all_gather_into_tensor feeding a matmul, nor a matmul feeding a reduce_scatter_tensor, that may fuse"),
     "prefetch_exchange": (prefetch_exchange, PREFETCH_HELPER, "the reference has no loop whose carried state a point-to-point exchange passes on"),
 }
 
@@ -179,6 +181,7 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
       ``["coalesce_allreduce"]``: independent all-reduces merged into one (``coalesce.py``);
       ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather.py``);
       ``["depthwise_conv"]``: depthwise conv1d/conv2d as shifted multiply-adds inductor can fuse (``depthwise.py``)
+      ``["fused_ag_matmul"]``: all-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (``fused_matmul.py``)
       ``["prefetch_exchange"]``: a loop-carried point-to-point exchange issued one iteration early on a side stream (``prefetch.py``)
     - ``warmup``: warm-up calls before a graph capture
     - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
