@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .rewrites import dist_aliases, is_dist_call
+from .rewrites import dist_aliases, is_dist_call, statement_blocks
 
 HELPER_NAME = "_kloom_all_reduce_coalesced"
 
@@ -57,7 +57,6 @@ _COLLECTIVES = {
     "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "barrier",
     "batch_isend_irecv", "all_gather_object", "broadcast_object_list",
 }
-_BLOCK_FIELDS = ("body", "orelse", "finalbody")
 
 
 @dataclass
@@ -156,14 +155,6 @@ def _groups(block: list[ast.stmt], finder: _Finder) -> list[_Group]:
     return groups
 
 
-def _blocks(tree: ast.AST):
-    for node in ast.walk(tree):
-        for name in _BLOCK_FIELDS:
-            block = getattr(node, name, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                yield node, name, block
-
-
 def coalesce_allreduces(source: str) -> tuple[str, int]:
     """The source with each group of independent all-reduces merged into one call at the group's
     last member; returns it and the number of calls removed. Only the merged calls' lines change:
@@ -172,7 +163,7 @@ def coalesce_allreduces(source: str) -> tuple[str, int]:
     finder = _Finder(tree)
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement), 1-based
-    for _, _, block in _blocks(tree):
+    for _, _, block in statement_blocks(tree):
         for group in _groups(block, finder):
             stmts = [block[c.index] for c in group.calls]
             if any(_shares_line(s, block) for s in stmts):

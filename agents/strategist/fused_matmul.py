@@ -32,7 +32,13 @@ from __future__ import annotations
 
 import ast
 
-from .rewrites import dist_aliases, is_dist_call, is_module_call, module_aliases
+from .rewrites import (
+    dist_aliases,
+    is_dist_call,
+    is_module_call,
+    module_aliases,
+    statement_blocks,
+)
 
 _COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
@@ -45,7 +51,6 @@ _ALLOCATORS = {"empty", "new_empty", "empty_like", "zeros", "new_zeros", "zeros_
 _METADATA = {"shape", "dtype", "device", "ndim", "size", "dim"}
 #: Nodes under which a sub-expression is evaluated conditionally, repeatedly or later.
 _CONDITIONAL = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-_BLOCK_FIELDS = ("body", "orelse", "finalbody")
 
 FUSED_MATMUL_HELPER = '''
 import warnings as _kl_warnings
@@ -380,14 +385,6 @@ def _inside(node: ast.AST, stop: ast.AST, parents: dict[int, ast.AST], kinds) ->
     return False
 
 
-def _blocks(scope: ast.AST):
-    for node in ast.walk(scope):
-        for name in _BLOCK_FIELDS:
-            block = getattr(node, name, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                yield node, block
-
-
 def _is_allocation(stmt: ast.stmt, name: str) -> bool:
     return (
         isinstance(stmt, ast.Assign)
@@ -408,7 +405,7 @@ class _Rewriter:
     def run(self) -> None:
         for func in [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
             parents = _parents(func)
-            for owner, block in list(_blocks(func)):
+            for owner, _, block in list(statement_blocks(func)):
                 if _inside(block[0], func, parents, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                     continue  # a nested function's blocks are visited as its own
                 looped = owner is not func and (isinstance(owner, (ast.For, ast.AsyncFor, ast.While)) or _inside(owner, func, parents, (ast.For, ast.AsyncFor, ast.While)))

@@ -130,3 +130,15 @@ def _kloom_all_reduce(tensor, op=None, group=None, async_op=False):
         tensor.copy_(_kl_torch.ops.symm_mem.one_shot_all_reduce(buffer, "sum", group_name).view_as(tensor))
     return None
 '''
+
+
+_BLOCK_FIELDS = ("body", "orelse", "finalbody")
+
+
+def statement_blocks(tree: ast.AST):
+    """Every statement list under ``tree`` (bodies, else and finally blocks), as (owner, field, list)."""
+    for node in ast.walk(tree):
+        for name in _BLOCK_FIELDS:
+            block = getattr(node, name, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield node, name, block

@@ -11,7 +11,6 @@ import pytest
 from agents.strategist.coalesce import coalesce_allreduces
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from kloom.suite import find
-from services.worker.evaluator import EvalSettings, Evaluator
 
 
 def _src(body: str) -> str:
@@ -81,12 +80,6 @@ def test_render_refuses_a_reference_with_nothing_to_merge():
     source = Path(find("all_reduce_small").path).read_text()
     with pytest.raises(NotApplicable):
         render(source, {"wrapper": "none", "rewrites": ["coalesce_allreduce"]}, mutated_inputs=[], label="t")
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
 
 
 @pytest.mark.parametrize("name", ["vocab_parallel_cross_entropy", "lm_head_cross_entropy"])

@@ -13,17 +13,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from agent_helpers import planning_context
 
 from agents.analysis import Analysis, build_analysis
-from agents.limits import Budget
-from agents.records import JobSpec, Limits
-from agents.roles import PlanningContext
 from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from agents.strategist.depthwise import DEPTHWISE_HELPER, depthwise_conv
 from kloom.suite import find
-from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.evaluator.static_check import check_candidate
 
 WORKLOAD = "causal_conv1d_cp"
@@ -226,19 +223,6 @@ def test_the_catalog_offers_it_compiled_first_wherever_a_call_may_be_depthwise()
     assert not {o.strategy for o in options_for(Analysis(**base))} & {"depthwise_conv", "depthwise_conv_compiled"}
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
-
-
-def _context(path: Path, analysis: dict) -> PlanningContext:
-    spec = JobSpec(workload=str(path), world_size=2, limits=Limits(max_iters=4))
-    return PlanningContext(
-        spec=spec, workload_source=path.read_text(), workload_name="x", analysis=analysis, baseline=None, history=[], budget=Budget(spec.limits)
-    )
-
-
 def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
     original = Path(find(WORKLOAD).path)
     renamed = tmp_path / "something_else_entirely.py"
@@ -249,7 +233,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
         for device in ("cpu", "cuda"):
             analysis = build_analysis(traces, family="x", world_size=2, device=device, baseline=None)
             analysis.source_rewrites = source_rewrites(path.read_text())  # as the loop does
-            plan, _ = OfflinePlanner().plan(_context(path, analysis.to_dict()))
+            plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
             assert plan.strategy == "depthwise_conv_compiled", (path.name, device, plan.strategy)
             plans.append((device, plan.strategy, plan.params))
     assert plans[:2] == plans[2:]

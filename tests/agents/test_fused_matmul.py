@@ -253,10 +253,6 @@ def test_the_catalog_offers_it_on_cuda_above_the_inductor_pass():
 
 
 # Under the real evaluator (CPU: the fallback runs) ---------------------------------------------------------------
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
 
 
 @pytest.mark.parametrize("rel", sorted(SUITE_MATCHES))

@@ -12,7 +12,6 @@ import torch
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from agents.strategist.gather import GATHER_HELPER, gather_into_tensor
 from kloom.suite import find
-from services.worker.evaluator import EvalSettings, Evaluator
 
 DATA = Path(__file__).parents[1] / "kb" / "data"
 
@@ -76,12 +75,6 @@ def test_any_other_list_is_concatenated_by_copy(make):
     joined = cat(blocks)
     assert torch.equal(joined, torch.cat(blocks))
     assert joined.data_ptr() != flat.data_ptr()
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
 
 
 @pytest.mark.parametrize("dim", [0, 1])

@@ -17,16 +17,9 @@ from agents.roles import PlanningContext
 from agents.strategist import OfflineCoder, OfflinePlanner
 from kloom.cli import app
 from kloom.suite import find
-from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.evaluator.static_check import check_candidate
 
 SUITE_WORKLOADS = ["tp_allreduce_residual_rmsnorm", "vocab_parallel_cross_entropy", "all_reduce_small"]
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
 
 
 @pytest.mark.slow
@@ -78,8 +71,8 @@ def test_every_offline_candidate_passes_the_static_checker(evaluator):
     analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=None).to_dict()
     spec = JobSpec(workload=str(path), world_size=2, device="cuda", limits=Limits(max_iters=20))
     ctx = _context(spec, path.read_text(), analysis)
-    from agents.strategist.catalog import options_for
     from agents.analysis import Analysis
+    from agents.strategist.catalog import options_for
 
     options = options_for(Analysis.from_dict(analysis))
     assert {o.strategy for o in options} >= {"cuda_graph", "torch_compile", "compile_cuda_graph", "symm_mem_allreduce", "row_chunk_overlap"}

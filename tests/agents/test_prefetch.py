@@ -15,11 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from agent_helpers import planning_context
 
 from agents.analysis import Analysis, build_analysis
-from agents.limits import Budget
-from agents.records import JobSpec, Limits
-from agents.roles import PlanningContext
 from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
@@ -307,19 +305,6 @@ def test_the_catalog_offers_it_first_for_a_compute_bound_ring_and_only_where_it_
         assert "prefetch_exchange" not in {o.strategy for o in options_for(Analysis(**other, source_rewrites={"prefetch_exchange": 1}))}
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("cpu", EvalSettings.for_device("cpu", timing_budget_s=0.1, min_iters=3)) as ev:
-        yield ev
-
-
-def _context(path: Path, analysis: dict) -> PlanningContext:
-    spec = JobSpec(workload=str(path), world_size=2, limits=Limits(max_iters=4))
-    return PlanningContext(
-        spec=spec, workload_source=path.read_text(), workload_name="x", analysis=analysis, baseline=None, history=[], budget=Budget(spec.limits)
-    )
-
-
 @pytest.mark.slow
 def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
     original = Path(find("cp_ring_attention").path)
@@ -331,7 +316,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
         traces = evaluator.analyze(path, world_size=2)
         analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=baseline)
         analysis.source_rewrites = source_rewrites(path.read_text())  # as the loop does
-        plan, _ = OfflinePlanner().plan(_context(path, analysis.to_dict()))
+        plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
         assert plan.strategy == "prefetch_exchange", (path.name, plan.strategy)
         plans.append((plan.strategy, plan.params))
         cpu = build_analysis(traces, family="x", world_size=2, device="cpu", baseline=baseline)
