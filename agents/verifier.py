@@ -21,8 +21,7 @@ class Verifier:
     def verify(self, code: str, plan: Plan, ctx: PlanningContext, deadline_s: float | None = None) -> Verdict:
         """Evaluate (within ``deadline_s`` seconds when given), profile as the policy says, and
         write the feedback."""
-        bound = {} if deadline_s is None else {"deadline_s": deadline_s}
-        result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, **bound)
+        result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, deadline_s=deadline_s)
         evaluation = result.to_dict()
         profile = None
         if result.correct and self._should_profile(result, ctx):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .rewrites import dist_aliases, is_dist_call, statement_blocks
+from .rewrites import DistCalls, names_in, statement_blocks
 
 HELPER_NAME = "_kloom_all_reduce_coalesced"
 
@@ -52,12 +52,6 @@ def _kloom_all_reduce_coalesced(tensors, op=None, group=None):
     return None
 '''
 
-_COLLECTIVES = {
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
-    "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "barrier",
-    "batch_isend_irecv", "all_gather_object", "broadcast_object_list",
-}
-
 
 @dataclass
 class _Call:
@@ -72,17 +66,7 @@ class _Group:
     calls: list[_Call] = field(default_factory=list)
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-class _Finder:
-    def __init__(self, tree: ast.Module):
-        self.modules, self.functions = dist_aliases(tree)
-
-    def is_dist(self, call: ast.Call, name: str) -> bool:
-        return is_dist_call(call, name, self.modules, self.functions)
-
+class _Finder(DistCalls):
     def all_reduce(self, stmt: ast.stmt, index: int) -> _Call | None:
         """The statement as a coalescable ``all_reduce(name, [op], ...)`` call, else None."""
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and self.is_dist(stmt.value, "all_reduce")):
@@ -99,9 +83,6 @@ class _Finder:
         group = call.args[2] if len(call.args) > 2 else kw.get("group")
         return _Call(index, call.args[0].id, (ast.unparse(op) if op is not None else "", ast.unparse(group) if group is not None else ""))
 
-    def has_collective(self, stmt: ast.stmt) -> bool:
-        return any(isinstance(n, ast.Call) and any(self.is_dist(n, c) for c in _COLLECTIVES) for n in ast.walk(stmt))
-
 
 def _derived(block: list[ast.stmt]) -> dict[str, set[str]]:
     """For each name assigned in the block, the names its value was computed from (transitively)."""
@@ -109,12 +90,12 @@ def _derived(block: list[ast.stmt]) -> dict[str, set[str]]:
     for stmt in block:
         if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            reads = _names(stmt.value)
+            reads = names_in(stmt.value)
             closure = set(reads)
             for r in reads:
                 closure |= deps.get(r, set())
             for t in targets:
-                for name in _names(t):
+                for name in names_in(t):
                     deps[name] = deps.get(name, set()) | closure
     return deps
 
@@ -132,7 +113,7 @@ def _groups(block: list[ast.stmt], finder: _Finder) -> list[_Group]:
 
     def touches(stmt: ast.stmt, group: _Group) -> bool:
         members = {c.tensor for c in group.calls}
-        for name in _names(stmt):
+        for name in names_in(stmt):
             if name in members or deps.get(name, set()) & members:
                 return True
         return False

@@ -32,19 +32,8 @@ from __future__ import annotations
 
 import ast
 
-from .rewrites import (
-    dist_aliases,
-    is_dist_call,
-    is_module_call,
-    module_aliases,
-    statement_blocks,
-)
+from .rewrites import DistCalls, is_module_call, module_aliases, names_in, statement_blocks
 
-_COLLECTIVES = {
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
-    "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "barrier",
-    "batch_isend_irecv", "all_gather_object", "broadcast_object_list",
-}
 #: Calls that return a fresh tensor: a buffer made by one of them is seen only through its name.
 _ALLOCATORS = {"empty", "new_empty", "empty_like", "zeros", "new_zeros", "zeros_like", "ones", "new_ones", "ones_like", "full", "new_full", "full_like", "empty_strided"}
 #: Attributes of the product that code between the matmul and the reduce-scatter may read.
@@ -214,35 +203,24 @@ def _kloom_matmul_rs(out, product, op=None):
 '''
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _call_name(call: ast.Call) -> str | None:
     f = call.func
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
-class _Finder:
+class _Finder(DistCalls):
     def __init__(self, tree: ast.Module):
-        self.dist = dist_aliases(tree)
+        super().__init__(tree)
         self.torch = module_aliases(tree, "torch")
         self.functional = module_aliases(tree, "torch.nn.functional")
 
-    def is_dist(self, call: ast.Call, name: str) -> bool:
-        return is_dist_call(call, name, *self.dist)
-
-    def has_collective(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and any(self.is_dist(n, c) for c in _COLLECTIVES) for n in ast.walk(node))
-
     def is_sum(self, op: ast.expr) -> bool:
-        modules, functions = self.dist
         if not (isinstance(op, ast.Attribute) and op.attr == "SUM"):
             return False
         owner = op.value
-        if isinstance(owner, ast.Name) and functions.get(owner.id) == "ReduceOp":
+        if isinstance(owner, ast.Name) and self.functions.get(owner.id) == "ReduceOp":
             return True
-        return isinstance(owner, ast.Attribute) and owner.attr == "ReduceOp" and ast.unparse(owner.value) in modules
+        return isinstance(owner, ast.Attribute) and owner.attr == "ReduceOp" and ast.unparse(owner.value) in self.modules
 
     # The collectives ----------------------------------------------------------------------------
     def gather(self, stmt: ast.stmt) -> tuple[str, ast.expr] | None:
@@ -261,7 +239,7 @@ class _Finder:
         call = stmt.value
         if not (2 <= len(call.args) <= 3) or any(isinstance(a, ast.Starred) for a in call.args):
             return None
-        if not (isinstance(call.args[1], ast.Name) and call.args[1].id == product) or product in _names(call.args[0]):
+        if not (isinstance(call.args[1], ast.Name) and call.args[1].id == product) or product in names_in(call.args[0]):
             return None
         kw = {k.arg: k.value for k in call.keywords}
         if set(kw) - {"op"} or (len(call.args) == 3 and kw):
@@ -310,20 +288,20 @@ class _Finder:
         pair = self.matmul_args(node)
         if pair is not None:
             left, right = pair
-            if is_buf(left) and buf not in _names(right):
+            if is_buf(left) and buf not in names_in(right):
                 return "mm", right, None
             kind = transposed(right)
-            if kind and buf not in _names(left):
+            if kind and buf not in names_in(left):
                 return kind, left, None
             return None
         if isinstance(node, ast.Call):
             args = self.linear_args(node)
             if args is not None:
                 x, w, bias = args
-                rest = _names(w) | (_names(bias) if bias is not None else set())
+                rest = names_in(w) | (names_in(bias) if bias is not None else set())
                 if is_buf(x) and buf not in rest:
                     return "linear", w, bias
-                rest = _names(x) | (_names(bias) if bias is not None else set())
+                rest = names_in(x) | (names_in(bias) if bias is not None else set())
                 if is_buf(w) and buf not in rest:
                     return "linear_t", x, bias
         return None
@@ -355,7 +333,7 @@ class _Finder:
             for node in ast.walk(target):
                 if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
                     return False
-        if _names(stmt) & avoid or self.has_collective(stmt):
+        if names_in(stmt) & avoid or self.has_collective(stmt):
             return False
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call):
@@ -425,12 +403,12 @@ class _Rewriter:
         buf, shard = found
         # The buffer: a fresh allocation in this block, unseen between it and the gather.
         alloc = next((k for k in range(i - 1, -1, -1) if buf in {t.id for s in [block[k]] for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}), None)
-        if alloc is None or not _is_allocation(block[alloc], buf) or any(buf in _names(s) for s in block[alloc + 1 : i]):
+        if alloc is None or not _is_allocation(block[alloc], buf) or any(buf in names_in(s) for s in block[alloc + 1 : i]):
             return False
-        avoid = _names(shard) | {buf}
+        avoid = names_in(shard) | {buf}
         for j in range(i + 1, len(block)):
             stmt = block[j]
-            if buf not in _names(stmt):
+            if buf not in names_in(stmt):
                 if not self.finder.neutral(stmt, avoid):
                     return False
                 continue
@@ -482,7 +460,7 @@ class _Rewriter:
             if found is None:
                 continue
             y, kind, a, b = found
-            avoid = _names(a) | _names(b)
+            avoid = names_in(a) | names_in(b)
             if y in avoid:
                 continue
             metadata: list[ast.Name] = []

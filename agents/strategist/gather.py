@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from .rewrites import dist_aliases, is_dist_call
+from .rewrites import DistCalls, module_aliases
 
 GATHER_HELPER = '''
 import torch as _kl_torch
@@ -47,18 +47,10 @@ def _kloom_cat_gathered(tensors, dim=0, *, out=None):
 '''
 
 
-def _torch_names(tree: ast.Module) -> set[str]:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.asname or a.name for a in node.names if a.name == "torch"}
-    return names
-
-
 class _Rewriter(ast.NodeTransformer):
     def __init__(self, tree: ast.Module):
-        self.modules, self.functions = dist_aliases(tree)
-        self.torch = _torch_names(tree)
+        self.dist = DistCalls(tree)
+        self.torch = module_aliases(tree, "torch")[0]
         self.lists: set[str] = set()
         self.gathers = 0
 
@@ -73,7 +65,7 @@ class _Rewriter(ast.NodeTransformer):
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
                 continue
-            if is_dist_call(node, "all_gather", self.modules, self.functions) and len(node.args) == 2:
+            if self.dist.is_dist(node, "all_gather") and len(node.args) == 2:
                 gathered.add(node.args[0].id)
             elif self._is_cat(node):
                 catted.add(node.args[0].id)
@@ -81,7 +73,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if is_dist_call(node, "all_gather", self.modules, self.functions):
+        if self.dist.is_dist(node, "all_gather"):
             if node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self.lists:
                 self.gathers += 1
                 return ast.copy_location(ast.Call(ast.Name("_kloom_all_gather_list", ast.Load()), node.args, node.keywords), node)

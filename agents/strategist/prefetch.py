@@ -56,7 +56,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .rewrites import dist_aliases, is_dist_call
+from .rewrites import DistCalls
 
 #: Point-to-point calls of ``torch.distributed`` that make a function an exchange.
 P2P_CALLS = ("send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp")
@@ -213,13 +213,13 @@ class _Exchange:
     guard: ast.expr | None
 
 
-class _Module:
+class _Module(DistCalls):
     """What the rewrite needs to know about the module: its aliases of ``torch.distributed``, its
     module-level functions, which of them communicate, which are exchanges."""
 
     def __init__(self, tree: ast.Module):
+        super().__init__(tree)
         self.tree = tree
-        self.modules, self.functions = dist_aliases(tree)
         bound: dict[str, int] = {}
         for stmt in tree.body:
             for name in _stored(stmt):
@@ -228,15 +228,6 @@ class _Module:
         self.defs = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and bound.get(s.name) == 1}
         self.communicating = self._communicating()
         self.exchanges = {name for name, fn in self.defs.items() if self._is_exchange(fn)}
-
-    def is_dist(self, call: ast.Call, names=None) -> bool:
-        """A call of ``torch.distributed`` (of one of ``names`` when given), under any alias."""
-        if names is not None:
-            return any(is_dist_call(call, n, self.modules, self.functions) for n in names)
-        f = call.func
-        if isinstance(f, ast.Name):
-            return f.id in self.functions
-        return isinstance(f, ast.Attribute) and ast.unparse(f.value) in self.modules
 
     def _communicating(self) -> set[str]:
         """Names of functions (anywhere in the module, methods included) that call

@@ -53,8 +53,39 @@ def is_module_call(node: ast.Call, name: str, modules: set[str], functions: dict
     return False
 
 
-#: The collective rewrites' name for it: ``is_module_call`` with ``dist_aliases``.
-is_dist_call = is_module_call
+#: Every ``torch.distributed`` call that communicates or waits on other ranks.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+    "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "barrier",
+    "batch_isend_irecv", "all_gather_object", "broadcast_object_list",
+})  # fmt: skip
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """Every plain name that ``node`` mentions."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+class DistCalls:
+    """A module's aliases of ``torch.distributed`` and the questions the rewrites ask of its calls."""
+
+    def __init__(self, tree: ast.Module):
+        self.modules, self.functions = dist_aliases(tree)
+
+    def is_dist(self, call: ast.Call, names: str | tuple[str, ...] | frozenset[str] | None = None) -> bool:
+        """Whether ``call`` calls ``torch.distributed``'s ``names`` (one name, several, or any
+        function when None), under any alias."""
+        if names is None:
+            f = call.func
+            if isinstance(f, ast.Name):
+                return f.id in self.functions
+            return isinstance(f, ast.Attribute) and ast.unparse(f.value) in self.modules
+        if isinstance(names, str):
+            names = (names,)
+        return any(is_module_call(call, n, self.modules, self.functions) for n in names)
+
+    def has_collective(self, node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and self.is_dist(n, COLLECTIVES) for n in ast.walk(node))
 
 
 class _CallRenamer(ast.NodeTransformer):
@@ -64,7 +95,7 @@ class _CallRenamer(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if is_dist_call(node, self.name, self.modules, self.functions):
+        if is_module_call(node, self.name, self.modules, self.functions):
             self.count += 1
             return ast.copy_location(ast.Call(func=ast.Name(id=self.helper, ctx=ast.Load()), args=node.args, keywords=node.keywords), node)
         return node
@@ -83,7 +114,7 @@ def rename_collective(source: str, name: str, helper: str) -> tuple[str, int]:
 def count_calls(source: str, name: str) -> int:
     tree = ast.parse(source)
     modules, functions = dist_aliases(tree)
-    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and is_dist_call(n, name, modules, functions))
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and is_module_call(n, name, modules, functions))
 
 
 #: Appended when ``all_reduce`` calls are rewritten: small sum all-reduces of contiguous CUDA
