@@ -37,6 +37,7 @@ class Analysis:
     row_split: dict[str, Any] | None = None  # {"args": [...], "rows": N}: row blocks are independent
     trace_error: str = ""  # why the reference could not be traced (then the counts are unknown)
     source_rewrites: dict[str, int] = field(default_factory=dict)  # rewrite -> collective calls it removes
+    collective_calls: dict[str, int] = field(default_factory=dict)  # calls per step per collective (the busiest rank)
 
     @property
     def graph_capturable(self) -> bool:
@@ -58,9 +59,14 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
     """Merge the per-rank traces (``Evaluator.analyze``) with the baseline's roofline."""
     first = traces[0]
     sizes: dict[str, int] = {}
+    calls: dict[str, int] = {}
     for trace in traces:
+        counted: dict[str, int] = {}
         for c in trace["collectives"]:
             sizes[c["op"]] = max(sizes.get(c["op"], 0), int(c["bytes"]))
+            counted[c["op"]] = counted.get(c["op"], 0) + 1
+        for op, n in counted.items():
+            calls[op] = max(calls.get(op, 0), n)
     roofline = (baseline or {}).get("roofline") or {}
     dtypes = sorted({d for t in traces for d in t["input_dtypes"] + t["output_dtypes"]})
     return Analysis(
@@ -89,6 +95,7 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
         reference_ms=(baseline or {}).get("reference_ms"),
         roofline_terms={k: roofline.get(k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
         row_split=first.get("row_split"),
+        collective_calls=calls,
     )
 
 

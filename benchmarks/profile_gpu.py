@@ -98,19 +98,36 @@ def main(argv: list[str] | None = None) -> int:
     for name, path, candidate in jobs:
         who = "candidate" if candidate else "reference"
         started = time.monotonic()
+        records = {ranks: out / f"{name}.{who}.ranks-{ranks.replace(',', '_')}.json" for ranks in args.ranks}
+        if all(r.is_file() for r in records.values()):
+            # Resumed (the same command after a stop): this one was profiled already.
+            for record in (json.loads(r.read_text()) for r in records.values()):
+                rows.append(record["row"])
+                texts.append(record["text"])
+            print(f"[{name} {who}: profiled earlier]", flush=True)
+            _write_summary(out, args, shapes, command, rows, texts)
+            continue
         evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
         source = Path(candidate).read_text() if candidate else None
-        for ranks in args.ranks:
+        for ranks, record_path in records.items():
             settings = ProfileSettings.for_device(args.device, shapes=shapes, ranks=ranks, timeout_s=args.timeout, candidates="every_correct")
             p = profile(path, source, world_size=args.world_size, device=args.device, settings=settings)
-            record = {"command": command, "workload": name, "who": who, "world_size": args.world_size, "ranks": ranks, "evaluation": evaluation, "profile": p.to_dict()}
-            (out / f"{name}.{who}.ranks-{ranks.replace(',', '_')}.json").write_text(json.dumps(record, indent=1))
-            rows.append(_row(name, who, ranks, p, evaluation))
             header = f"## {name} ({who}, world size {args.world_size}, ncu ranks {ranks}): {p.status}/{p.tool}, {p.seconds:.1f} s"
-            texts.append(f"{header}\n\n```\n{p.summary}\n```\n")
+            row, text = _row(name, who, ranks, p, evaluation), f"{header}\n\n```\n{p.summary}\n```\n"
+            record = {"command": command, "workload": name, "who": who, "world_size": args.world_size, "ranks": ranks, "evaluation": evaluation, "profile": p.to_dict(), "row": row, "text": text}
+            record_path.write_text(json.dumps(record, indent=1))
+            rows.append(row)
+            texts.append(text)
             print(header)
             print(p.summary, flush=True)
         print(f"[{name} {who}: {time.monotonic() - started:.0f} s in all]\n", flush=True)
+        _write_summary(out, args, shapes, command, rows, texts)  # after every workload: a stopped run keeps what it did
+    _write_summary(out, args, shapes, command, rows, texts)
+    print(f"\nwrote {out}/summary.md")
+    return 0
+
+
+def _write_summary(out: Path, args: argparse.Namespace, shapes: str, command: str, rows: list[str], texts: list[str]) -> None:
     table = [
         "| workload | who | ncu ranks | status/tool | profile s (phases) | evaluation s | profile/evaluation | top compute kernel: bound (share) | communication | exposed |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -118,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report = [f"# Profiles at world size {args.world_size} ({args.device}, shapes {shapes})", "", "```", command, "```", "", *table, "", *texts]
     (out / "summary.md").write_text("\n".join(report))
-    print("\n".join(table))
-    print(f"\nwrote {out}/summary.md")
-    return 0
 
 
 if __name__ == "__main__":
