@@ -82,6 +82,35 @@ def _active_links(nv, handle) -> list[int]:
     return links
 
 
+def visible_handles(nv) -> list[tuple[int, Any]]:
+    """``(NVML index, handle)`` of the GPUs this process's CUDA sees, in CUDA ordinal order.
+
+    NVML numbers every GPU of the machine; CUDA only those ``CUDA_VISIBLE_DEVICES`` names, renumbered
+    from 0. A worker given GPUs 2,3 runs its ranks on ``cuda:0`` and ``cuda:1``, which NVML calls 2
+    and 3: sampling NVML's 0 and 1 would watch another worker's GPUs (and flag its processes as
+    another's). Entries are indices (CUDA's order, which is PCI bus order on machines of one GPU
+    model) or ``GPU-...`` UUIDs; as in CUDA, the list ends at the first entry that names no GPU.
+    """
+    count = nv.nvmlDeviceGetCount()
+    names = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if names is None:
+        return [(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+    uuids = {}
+    for i in range(count):
+        handle = nv.nvmlDeviceGetHandleByIndex(i)
+        uuids[_text(_try(nv.nvmlDeviceGetUUID, handle, default=""))] = (i, handle)
+    found: list[tuple[int, Any]] = []
+    for name in (n.strip() for n in names.split(",")):
+        if name.isdigit() and int(name) < count:
+            entry = (int(name), nv.nvmlDeviceGetHandleByIndex(int(name)))
+        else:
+            entry = next((v for u, v in uuids.items() if u and name.startswith("GPU-") and u.startswith(name)), None)
+        if entry is None or entry in found:
+            break
+        found.append(entry)
+    return found
+
+
 def _remote_bus(nv, handle, link: int) -> str:
     """PCI bus of what an NVLink leads to: a peer GPU, or an NVSwitch."""
     info = _try(nv.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
@@ -101,7 +130,8 @@ def gpu_inventory() -> list[dict[str, Any]]:
         return [unavailable(str(exc))]
     try:
         driver = _text(nv.nvmlSystemGetDriverVersion())
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        visible = visible_handles(nv)
+        handles = [h for _, h in visible]
         buses = [_text(nv.nvmlDeviceGetPciInfo(h).busId).lower() for h in handles]
         links = [_active_links(nv, h) for h in handles]
         gpus = []
@@ -123,7 +153,8 @@ def gpu_inventory() -> list[dict[str, Any]]:
             gpus.append(
                 {
                     "status": "ok",
-                    "index": i,
+                    "index": i,  # CUDA's ordinal in this process (``cuda:i``)
+                    "nvml_index": visible[i][0],
                     "name": _text(nv.nvmlDeviceGetName(handle)),
                     "uuid": _text(_try(nv.nvmlDeviceGetUUID, handle, default="")),
                     "pci_bus_id": buses[i],
@@ -143,7 +174,8 @@ def gpu_inventory() -> list[dict[str, Any]]:
 class NvmlSampler:
     """Samples the given GPUs every ``interval_s`` seconds in a background thread.
 
-    ``with NvmlSampler([0, 1]) as sampler: ...`` then ``sampler.summary()``. Processes on a GPU
+    ``with NvmlSampler([0, 1]) as sampler: ...`` then ``sampler.summary()``: the indices are CUDA
+    ordinals (``cuda:0``, ``cuda:1`` under this process's ``CUDA_VISIBLE_DEVICES``). Processes on a GPU
     that are neither this process nor one of its descendants count as another's; processes whose
     PID this machine cannot see (another PID namespace) are listed as unattributed.
     """
@@ -169,7 +201,11 @@ class NvmlSampler:
             self.reason = str(exc)
             return self
         try:
-            self._handles = {i: self._nv.nvmlDeviceGetHandleByIndex(i) for i in self.device_indices}
+            visible = visible_handles(self._nv)
+            missing = [i for i in self.device_indices if i >= len(visible)]
+            if missing:
+                raise self._nv.NVMLError(self._nv.NVML_ERROR_NOT_FOUND)
+            self._handles = {i: visible[i][1] for i in self.device_indices}
         except self._nv.NVMLError as exc:
             self.reason = f"NVML has no GPU {self.device_indices}: {exc}"
             self._nv.nvmlShutdown()

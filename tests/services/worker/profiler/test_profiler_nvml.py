@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from services.worker.profiler import NvmlSampler, gpu_inventory
-from services.worker.profiler.nvml import summarise_samples
+from services.worker.profiler.nvml import summarise_samples, visible_handles
 
 
 def _nvml_works() -> bool:
@@ -97,6 +97,39 @@ def test_summary_flags_throttled_clocks_and_another_process():
     assert out["devices"]["1"]["other_processes"] == [777]
     assert out["devices"]["1"]["unattributed_processes"] == [4242]
     assert out["flags"] == ["clocks_throttled: GPU 0: sw_power_cap", "gpu_busy_with_another_process: GPU 1: pid 777"]
+
+
+class _FourGpuNvml:
+    """NVML's device queries as a 4-GPU machine answers them (handles are NVML indices)."""
+
+    def nvmlDeviceGetCount(self):
+        return 4
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        assert 0 <= i < 4
+        return i
+
+    def nvmlDeviceGetUUID(self, handle):
+        return f"GPU-{handle}a5e0c1-77aa-4b3c-9d1e-00000000000{handle}"
+
+
+@pytest.mark.parametrize(
+    ("visible", "nvml"),
+    [
+        (None, [0, 1, 2, 3]),
+        ("2,3", [2, 3]),  # a worker given the second pair: its cuda:0 is NVML's GPU 2 (seen on 4xH200)
+        ("3,1", [3, 1]),
+        ("GPU-2a5e0c1,0", [2, 0]),  # a UUID prefix, as CUDA accepts it
+        ("1,7,2", [1]),  # CUDA stops at the first entry that names no GPU
+        ("", []),
+    ],
+)
+def test_cuda_ordinals_map_to_the_gpus_cuda_visible_devices_names(monkeypatch, visible, nvml):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert [index for index, _ in visible_handles(_FourGpuNvml())] == nvml
 
 
 @gpu
