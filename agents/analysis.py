@@ -4,6 +4,7 @@ planner and the knowledge base work from. Nothing here looks at a workload's nam
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,11 +62,9 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
     sizes: dict[str, int] = {}
     calls: dict[str, int] = {}
     for trace in traces:
-        counted: dict[str, int] = {}
         for c in trace["collectives"]:
             sizes[c["op"]] = max(sizes.get(c["op"], 0), int(c["bytes"]))
-            counted[c["op"]] = counted.get(c["op"], 0) + 1
-        for op, n in counted.items():
+        for op, n in Counter(c["op"] for c in trace["collectives"]).items():
             calls[op] = max(calls.get(op, 0), n)
     roofline = (baseline or {}).get("roofline") or {}
     dtypes = sorted({d for t in traces for d in t["input_dtypes"] + t["output_dtypes"]})

@@ -105,24 +105,22 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(record["row"])
                 texts.append(record["text"])
             print(f"[{name} {who}: profiled earlier]", flush=True)
-            _write_summary(out, args, shapes, command, rows, texts)
-            continue
-        evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
-        source = Path(candidate).read_text() if candidate else None
-        for ranks, record_path in records.items():
-            settings = ProfileSettings.for_device(args.device, shapes=shapes, ranks=ranks, timeout_s=args.timeout, candidates="every_correct")
-            p = profile(path, source, world_size=args.world_size, device=args.device, settings=settings)
-            header = f"## {name} ({who}, world size {args.world_size}, ncu ranks {ranks}): {p.status}/{p.tool}, {p.seconds:.1f} s"
-            row, text = _row(name, who, ranks, p, evaluation), f"{header}\n\n```\n{p.summary}\n```\n"
-            record = {"command": command, "workload": name, "who": who, "world_size": args.world_size, "ranks": ranks, "evaluation": evaluation, "profile": p.to_dict(), "row": row, "text": text}
-            record_path.write_text(json.dumps(record, indent=1))
-            rows.append(row)
-            texts.append(text)
-            print(header)
-            print(p.summary, flush=True)
-        print(f"[{name} {who}: {time.monotonic() - started:.0f} s in all]\n", flush=True)
+        else:
+            evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
+            source = Path(candidate).read_text() if candidate else None
+            for ranks, record_path in records.items():
+                settings = ProfileSettings.for_device(args.device, shapes=shapes, ranks=ranks, timeout_s=args.timeout, candidates="every_correct")
+                p = profile(path, source, world_size=args.world_size, device=args.device, settings=settings)
+                header = f"## {name} ({who}, world size {args.world_size}, ncu ranks {ranks}): {p.status}/{p.tool}, {p.seconds:.1f} s"
+                row, text = _row(name, who, ranks, p, evaluation), f"{header}\n\n```\n{p.summary}\n```\n"
+                record = {"command": command, "workload": name, "who": who, "world_size": args.world_size, "ranks": ranks, "evaluation": evaluation, "profile": p.to_dict(), "row": row, "text": text}
+                record_path.write_text(json.dumps(record, indent=1))
+                rows.append(row)
+                texts.append(text)
+                print(header)
+                print(p.summary, flush=True)
+            print(f"[{name} {who}: {time.monotonic() - started:.0f} s in all]\n", flush=True)
         _write_summary(out, args, shapes, command, rows, texts)  # after every workload: a stopped run keeps what it did
-    _write_summary(out, args, shapes, command, rows, texts)
     print(f"\nwrote {out}/summary.md")
     return 0
 

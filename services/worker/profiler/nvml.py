@@ -202,20 +202,24 @@ class NvmlSampler:
             return self
         try:
             visible = visible_handles(self._nv)
-            missing = [i for i in self.device_indices if i >= len(visible)]
-            if missing:
-                raise self._nv.NVMLError(self._nv.NVML_ERROR_NOT_FOUND)
-            self._handles = {i: visible[i][1] for i in self.device_indices}
         except self._nv.NVMLError as exc:
-            self.reason = f"NVML has no GPU {self.device_indices}: {exc}"
-            self._nv.nvmlShutdown()
-            self._nv = None
-            return self
+            return self._give_up(f"NVML could not list the GPUs: {exc}")
+        missing = [i for i in self.device_indices if i >= len(visible)]
+        if missing:
+            return self._give_up(f"NVML has no GPU {missing}: this process's CUDA sees {len(visible)}")
+        self._handles = {i: visible[i][1] for i in self.device_indices}
         self._links = {i: _active_links(self._nv, h) for i, h in self._handles.items()}
         self._started = time.monotonic()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="kloom-nvml", daemon=True)
         self._thread.start()
+        return self
+
+    def _give_up(self, reason: str) -> "NvmlSampler":
+        """No sampling: the block runs and ``summary()`` says why."""
+        self.reason = reason
+        self._nv.nvmlShutdown()
+        self._nv = None
         return self
 
     def __exit__(self, *exc) -> None:
