@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from kloom.workload import WorkloadError, inspect_workload, read_source
 
 from .analysis import build_analysis, untraced_analysis
 from .limits import Budget, LimitReached
 from .records import JobSpec, Plan, Step, Trajectory, Usage, utcnow
-from .roles import Coder, CoderOutput, KBAdvice, Planner, PlanningContext
+from .roles import Coder, KBAdvice, Planner, PlanningContext
 from .strategist.codegen import source_rewrites
 from .verifier import Verifier
 
