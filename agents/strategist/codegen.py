@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .attention import SPLIT_ATTENTION_HELPER, split_causal_attention
+from .bincount import BINCOUNT_HELPER, few_bin_count
 from .coalesce import COALESCE_HELPER, coalesce_allreduces
 from .depthwise import DEPTHWISE_HELPER, depthwise_conv
 from .fused_matmul import FUSED_MATMUL_HELPER, fused_ag_matmul
@@ -26,6 +28,8 @@ SOURCE_REWRITES = {
     "depthwise_conv": (depthwise_conv, DEPTHWISE_HELPER, "the reference calls no conv1d/conv2d that can be depthwise (groups set, stride and dilation 1)"),
     "fused_ag_matmul": (fused_ag_matmul, FUSED_MATMUL_HELPER, "the reference has no all_gather_into_tensor feeding a matmul, nor a matmul feeding a reduce_scatter_tensor, that may fuse"),
     "prefetch_exchange": (prefetch_exchange, PREFETCH_HELPER, "the reference has no loop whose carried state a point-to-point exchange passes on"),
+    "few_bin_count": (few_bin_count, BINCOUNT_HELPER, "the reference calls no torch.bincount"),
+    "split_causal_attention": (split_causal_attention, SPLIT_ATTENTION_HELPER, "the reference passes no bottom-right causal mask to scaled_dot_product_attention"),
 }
 
 
@@ -183,6 +187,8 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
       ``["depthwise_conv"]``: depthwise conv1d/conv2d as shifted multiply-adds inductor can fuse (``depthwise.py``)
       ``["fused_ag_matmul"]``: all-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (``fused_matmul.py``)
       ``["prefetch_exchange"]``: a loop-carried point-to-point exchange issued one iteration early on a side stream (``prefetch.py``)
+      ``["few_bin_count"]``: ``torch.bincount`` into a few bins by comparison and column sums (``bincount.py``)
+      ``["split_causal_attention"]``: bottom-right causal attention as an unmasked and a square causal piece (``attention.py``)
     - ``warmup``: warm-up calls before a graph capture
     - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
     - ``dynamic``: compile with dynamic shapes (steps whose shapes change between calls)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from .rewrites import is_module_call, module_aliases
+from .rewrites import is_module_call, module_aliases, rename_calls
 
 #: The convolutions rewritten, and the helper each becomes.
 HELPERS = {"conv1d": "_kloom_conv1d", "conv2d": "_kloom_conv2d"}
@@ -170,15 +170,4 @@ def depthwise_conv(source: str) -> tuple[str, int]:
     calls = _convolutions(tree)
     if not calls:
         return source, 0
-    data = source.encode()
-    # ast positions are (line, UTF-8 byte column): turn them into offsets in the encoded source.
-    starts = [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    spans = sorted(
-        ((starts[c.func.lineno - 1] + c.func.col_offset, starts[c.func.end_lineno - 1] + c.func.end_col_offset, helper) for c, helper in calls),
-        reverse=True,
-    )
-    for begin, end, helper in spans:
-        data = data[:begin] + helper.encode() + data[end:]
-    return data.decode(), len(calls)
+    return rename_calls(source, calls), len(calls)

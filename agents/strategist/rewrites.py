@@ -111,6 +111,23 @@ def rename_collective(source: str, name: str, helper: str) -> tuple[str, int]:
     return ast.unparse(tree), renamer.count
 
 
+def rename_calls(source: str, calls: list[tuple[ast.Call, str]]) -> str:
+    """``source`` with the called name of each ``(call, helper)`` replaced by ``helper``; the
+    arguments, and the rest of the file, keep their text."""
+    data = source.encode()
+    # ast positions are (line, UTF-8 byte column): turn them into offsets in the encoded source.
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = sorted(
+        ((starts[c.func.lineno - 1] + c.func.col_offset, starts[c.func.end_lineno - 1] + c.func.end_col_offset, helper) for c, helper in calls),
+        reverse=True,
+    )
+    for begin, end, helper in spans:
+        data = data[:begin] + helper.encode() + data[end:]
+    return data.decode()
+
+
 def count_calls(source: str, name: str) -> int:
     tree = ast.parse(source)
     modules, functions = dist_aliases(tree)
