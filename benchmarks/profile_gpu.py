@@ -9,6 +9,10 @@ On an ``nvidia-h200-x4`` machine, for example::
     # a candidate too (WORKLOAD=FILE, repeatable):
     python benchmarks/profile_gpu.py --world-size 2 --candidate tp_allgather_gemm=cand.py --out ...
 
+    # the best kernel of every workload of a batch under half its floor, where the report looks:
+    python benchmarks/profile_gpu.py --best-under-floor results/gpu/h200x4-ws4-r2 --ranks 0 \
+        --out results/gpu/h200x4-ws4-r2/profiles
+
 For each workload it times the reference with the evaluator (``Evaluator.baseline``; a
 candidate: ``Evaluator.evaluate``), then runs ``profile()`` once per ``--ranks`` setting, and
 writes ``<workload>.<reference|candidate>.ranks-<setting>.json`` (the full ``Profile``, the
@@ -57,6 +61,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", default=None, help="shape profile (default: gpu on cuda, ci on cpu)")
     parser.add_argument("--timeout", type=float, default=300.0, help="hard limit per profiling launch, seconds")
     parser.add_argument("--out", required=True, help="directory for the JSON profiles and summary.md")
+    parser.add_argument(
+        "--best-under-floor", metavar="BATCH_DIR", default=None,
+        help="profile the best kernel of every correct workload of this batch under --floor-fraction of its floor "
+        "(no references; the batch's world size); with --out BATCH_DIR/profiles, `kloom bench report` names what bounds each",
+    )
+    parser.add_argument("--floor-fraction", type=float, default=0.5)
     return parser.parse_args(argv)
 
 
@@ -81,12 +91,8 @@ def _row(name: str, who: str, ranks: str, p: Profile, evaluation: dict) -> str:
     return f"| {name} | {who} | {ranks} | {p.status}/{p.tool} | {p.seconds:.1f} ({phases}) | {evaluation.get('seconds', 0):.1f} | {ratio} | {bound} | {comm} | {exposed} |"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _args(argv)
-    shapes = args.shapes or ("gpu" if args.device == "cuda" else "ci")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/profile_gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+def _suite_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
+    """Each named workload's reference, and the candidate given for it."""
     candidates = dict(c.split("=", 1) for c in args.candidate)
     jobs: list[tuple[str, str, str | None]] = []
     for name in [w.strip() for w in args.workloads.split(",") if w.strip()]:
@@ -94,6 +100,29 @@ def main(argv: list[str] | None = None) -> int:
         jobs.append((name, path, None))
         if name in candidates:
             jobs.append((name, path, candidates[name]))
+    return jobs
+
+
+def _batch_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
+    """The best kernels of a batch's correct workloads under ``--floor-fraction`` of their floor."""
+    batch = Path(args.best_under_floor)
+    report = json.loads((batch / "report.json").read_text())
+    args.world_size = int(json.loads((batch / "batch.json").read_text()).get("world_size") or args.world_size)
+    jobs: list[tuple[str, str, str | None]] = []
+    for row in report["rows"]:
+        kernel = batch / "jobs" / row["workload"] / "best_kernel.py"
+        if row["correct"] and row["fraction_of_floor"] is not None and row["fraction_of_floor"] < args.floor_fraction and kernel.is_file():
+            jobs.append((row["workload"], find(row["workload"]).path, str(kernel)))
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    shapes = args.shapes or ("gpu" if args.device == "cuda" else "ci")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/profile_gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    jobs = _batch_jobs(args) if args.best_under_floor else _suite_jobs(args)
     rows, texts = [], []
     for name, path, candidate in jobs:
         who = "candidate" if candidate else "reference"

@@ -29,21 +29,50 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def _bottleneck(traj: Trajectory) -> str:
-    """What the best (or last) step's profile says bounds the kernel, in a line."""
+#: Where a batch directory keeps profiles taken after the batch (``benchmarks/profile_gpu.py
+#: --best-under-floor DIR`` writes there), matched to a job's best step by candidate hash.
+PROFILES_DIR = "profiles"
+
+
+def profile_records(out: str | Path) -> dict[tuple[str, int, str], tuple[str, dict]]:
+    """Profiles of candidates kept under ``out/profiles``: (workload, world size, candidate sha256)
+    -> (file name, profile). A profile of every rank is preferred to one of rank 0."""
+    found: dict[tuple[str, int, str], tuple[str, dict]] = {}
+    for path in sorted(Path(out, PROFILES_DIR).glob("*.json"), key=lambda p: "ranks-all" in p.name):
+        try:
+            profile = json.loads(path.read_text()).get("profile") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if profile.get("candidate_sha256") and profile.get("summary"):
+            name = Path(str(profile.get("workload") or "")).stem  # profiles name the workload by its file
+            found[(name, int(profile.get("world_size") or 0), profile["candidate_sha256"])] = (path.name, profile)
+    return found
+
+
+def _summary_line(profile: dict) -> str:
+    summary = profile["summary"]
+    return " ".join(summary) if isinstance(summary, list) else " ".join(str(summary).splitlines())
+
+
+def _bottleneck(traj: Trajectory, records: dict | None = None) -> str:
+    """What the best (or last) step's profile says bounds the kernel, in a line; else a profile
+    of the best kernel taken after the batch (``records``: ``profile_records``)."""
     best = traj.best_step
     for step in ([best] if best else []) + list(reversed(traj.steps)):
         profile = step.profile if step else None
         if profile and profile.get("summary"):
-            summary = profile["summary"]
-            return " ".join(summary) if isinstance(summary, list) else str(summary)
+            return _summary_line(profile)
+    if best and records:
+        hit = records.get((traj.workload_name, traj.job.world_size, best.candidate_sha256))
+        if hit:
+            return f"profile of the best kernel ({PROFILES_DIR}/{hit[0]}): {_summary_line(hit[1])}"
     roofline = (traj.analysis or {})
     if roofline.get("dominant"):
         return f"no profile; the roofline says {roofline['dominant']}-bound"
     return "no profile recorded"
 
 
-def report_row(traj: Trajectory) -> dict[str, Any]:
+def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
     """One workload's line of a batch report (shared by `kloom bench` and the API)."""
     best = traj.best_step
     speedup = traj.best_speedup
@@ -72,7 +101,7 @@ def report_row(traj: Trajectory) -> dict[str, Any]:
         "gpu_seconds": seconds * ws if traj.job.device == "cuda" else 0.0,
         "wall_seconds": seconds,
         "flags": sorted({f for s in traj.steps if s.correct for f in (s.evaluation or {}).get("flags", [])}),
-        "bottleneck": _bottleneck(traj),
+        "bottleneck": _bottleneck(traj, records),
     }
 
 
@@ -81,7 +110,8 @@ def build_report(out: str | Path) -> dict[str, Any]:
     out = Path(out)
     settings = json.loads((out / "batch.json").read_text()) if (out / "batch.json").is_file() else {}
     trajectories = load_trajectories(out)
-    rows = sorted((report_row(t) for t in trajectories), key=lambda r: (r["family"], r["workload"]))
+    records = profile_records(out)
+    rows = sorted((report_row(t, records) for t in trajectories), key=lambda r: (r["family"], r["workload"]))
     left_out = json.loads((out / "left_out.json").read_text()) if (out / "left_out.json").is_file() else []
     correct = [r for r in rows if r["correct"]]
     fractions = [r["fraction_of_floor"] for r in correct if r["fraction_of_floor"]]

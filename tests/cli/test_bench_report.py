@@ -1,0 +1,69 @@
+"""The batch report built from a real batch (the committed 4xH200 world-size-4 run): its aggregates,
+and the under-the-floor list naming what a profile of the best kernel says bounds it when such a
+profile was taken after the batch (matched by candidate hash, never by name alone)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kloom.batch.report import build_report
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = ROOT / "results" / "gpu" / "h200x4-ws4-r2"
+PROFILE = ROOT / "results" / "profiles" / "h200x4-ws4" / "causal_conv1d_cp.candidate.ranks-0.json"
+
+
+@pytest.fixture
+def batch(tmp_path) -> Path:
+    copy = tmp_path / "batch"
+    shutil.copytree(BATCH, copy, ignore=shutil.ignore_patterns("*.png", "*.log"))
+    return copy
+
+
+def _row(report: dict, name: str) -> dict:
+    return next(r for r in report["rows"] if r["workload"] == name)
+
+
+def test_the_report_of_the_committed_batch_has_its_aggregates(batch):
+    report = build_report(batch)
+    committed = json.loads((BATCH / "report.json").read_text())
+    assert report["aggregate"] == committed["aggregate"]
+    assert len(report["rows"]) == 36 and report["aggregate"]["correctness_rate"] == 1.0
+
+
+def test_a_profile_of_the_best_kernel_names_the_bound(batch):
+    before = _row(build_report(batch), "causal_conv1d_cp")
+    assert before["bottleneck"].startswith("no profile")
+    (batch / "profiles").mkdir()
+    shutil.copy(PROFILE, batch / "profiles" / PROFILE.name)
+    row = _row(build_report(batch), "causal_conv1d_cp")
+    assert row["bottleneck"].startswith(f"profile of the best kernel (profiles/{PROFILE.name}): triton_poi_fused")
+    assert "communication 5% of GPU busy time" in row["bottleneck"]
+    assert _row(build_report(batch), "distributed_sort")["bottleneck"].startswith("no profile")
+
+
+def test_a_profile_of_another_kernel_is_not_taken_for_the_best(batch):
+    record = json.loads(PROFILE.read_text())
+    record["profile"]["candidate_sha256"] = "0" * 64
+    (batch / "profiles").mkdir()
+    (batch / "profiles" / "x.json").write_text(json.dumps(record))
+    (batch / "profiles" / "broken.json").write_text("{not json")
+    assert _row(build_report(batch), "causal_conv1d_cp")["bottleneck"].startswith("no profile")
+
+
+def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch):
+    spec = importlib.util.spec_from_file_location("profile_gpu", ROOT / "benchmarks" / "profile_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module._args(["--best-under-floor", str(batch), "--out", str(batch / "profiles")])
+    jobs = module._batch_jobs(args)
+    report = json.loads((BATCH / "report.json").read_text())
+    under = {r["workload"] for r in report["rows"] if r["correct"] and r["fraction_of_floor"] < 0.5}
+    assert {name for name, _, _ in jobs} == under and len(under) == 17
+    assert all(candidate == str(batch / "jobs" / name / "best_kernel.py") for name, _, candidate in jobs)
+    assert args.world_size == 4, "the batch's world size"
