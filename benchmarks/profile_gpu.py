@@ -67,7 +67,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "(no references; the batch's world size); with --out BATCH_DIR/profiles, `kloom bench report` names what bounds each",
     )
     parser.add_argument("--floor-fraction", type=float, default=0.5)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--evaluate", action=argparse.BooleanOptionalAction, default=None,
+        help="evaluate each kernel before profiling it, for the profile/evaluation cost column (default: yes, "
+        "except with --best-under-floor, whose kernels the batch checked and timed already)",
+    )
+    args = parser.parse_args(argv)
+    args.batch_rows = {}  # best kernel file -> its batch report row (--best-under-floor)
+    return args
 
 
 def _evaluate(device: str, shapes: str, path: str, world_size: int, candidate: str | None) -> dict:
@@ -104,7 +111,8 @@ def _suite_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
 
 
 def _batch_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
-    """The best kernels of a batch's correct workloads under ``--floor-fraction`` of their floor."""
+    """The best kernels of a batch's correct workloads under ``--floor-fraction`` of their floor
+    (their batch rows kept in ``args.batch_rows``, in place of an evaluation)."""
     batch = Path(args.best_under_floor)
     report = json.loads((batch / "report.json").read_text())
     args.world_size = int(json.loads((batch / "batch.json").read_text()).get("world_size") or args.world_size)
@@ -113,6 +121,7 @@ def _batch_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
         kernel = batch / "jobs" / row["workload"] / "best_kernel.py"
         if row["correct"] and row["fraction_of_floor"] is not None and row["fraction_of_floor"] < args.floor_fraction and kernel.is_file():
             jobs.append((row["workload"], find(row["workload"]).path, str(kernel)))
+            args.batch_rows[str(kernel)] = row
     return jobs
 
 
@@ -123,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/profile_gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     jobs = _batch_jobs(args) if args.best_under_floor else _suite_jobs(args)
+    evaluate = args.evaluate if args.evaluate is not None else not args.best_under_floor
     rows, texts = [], []
     for name, path, candidate in jobs:
         who = "candidate" if candidate else "reference"
@@ -135,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                 texts.append(record["text"])
             print(f"[{name} {who}: profiled earlier]", flush=True)
         else:
-            evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
+            if evaluate:
+                evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)
+            else:  # the batch's own evaluation of this kernel (correct on every rank, timed)
+                row = args.batch_rows.get(str(candidate)) or {}
+                evaluation = {"status": "from the batch" if row else "not evaluated", "seconds": 0.0, "ms": row.get("best_ms")}
             source = Path(candidate).read_text() if candidate else None
             for ranks, record_path in records.items():
                 settings = ProfileSettings.for_device(args.device, shapes=shapes, ranks=ranks, timeout_s=args.timeout, candidates="every_correct")

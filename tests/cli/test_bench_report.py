@@ -67,3 +67,5 @@ def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch):
     assert {name for name, _, _ in jobs} == under and len(under) == 17
     assert all(candidate == str(batch / "jobs" / name / "best_kernel.py") for name, _, candidate in jobs)
     assert args.world_size == 4, "the batch's world size"
+    assert args.evaluate is None and {Path(k).parent.name for k in args.batch_rows} == under, "the batch's rows stand in for an evaluation"
+    assert all(row["best_ms"] > 0 for row in args.batch_rows.values())
