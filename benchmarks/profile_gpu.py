@@ -68,6 +68,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--floor-fraction", type=float, default=0.5)
     parser.add_argument(
+        "--shard", default=None, metavar="K/N",
+        help="profile only every N-th job from the K-th (0-based): N processes on N GPU groups share a list; "
+        "each writes summary.shard-K-of-N.md, and the same command without --shard afterwards (nothing left to "
+        "profile) writes the whole summary.md",
+    )
+    parser.add_argument(
         "--evaluate", action=argparse.BooleanOptionalAction, default=None,
         help="evaluate each kernel before profiling it, for the profile/evaluation cost column (default: yes, "
         "except with --best-under-floor, whose kernels the batch checked and timed already)",
@@ -132,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/profile_gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     jobs = _batch_jobs(args) if args.best_under_floor else _suite_jobs(args)
+    summary = "summary.md"
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        jobs, summary = jobs[k::n], f"summary.shard-{k}-of-{n}.md"
     evaluate = args.evaluate if args.evaluate is not None else not args.best_under_floor
     rows, texts = [], []
     for name, path, candidate in jobs:
@@ -163,19 +173,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(header)
                 print(p.summary, flush=True)
             print(f"[{name} {who}: {time.monotonic() - started:.0f} s in all]\n", flush=True)
-        _write_summary(out, args, shapes, command, rows, texts)  # after every workload: a stopped run keeps what it did
-    print(f"\nwrote {out}/summary.md")
+        _write_summary(out / summary, args, shapes, command, rows, texts)  # after every workload: a stopped run keeps what it did
+    print(f"\nwrote {out / summary}")
     return 0
 
 
-def _write_summary(out: Path, args: argparse.Namespace, shapes: str, command: str, rows: list[str], texts: list[str]) -> None:
+def _write_summary(path: Path, args: argparse.Namespace, shapes: str, command: str, rows: list[str], texts: list[str]) -> None:
     table = [
         "| workload | who | ncu ranks | status/tool | profile s (phases) | evaluation s | profile/evaluation | top compute kernel: bound (share) | communication | exposed |",
         "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
     report = [f"# Profiles at world size {args.world_size} ({args.device}, shapes {shapes})", "", "```", command, "```", "", *table, "", *texts]
-    (out / "summary.md").write_text("\n".join(report))
+    path.write_text("\n".join(report))
 
 
 if __name__ == "__main__":

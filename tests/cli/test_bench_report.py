@@ -21,7 +21,8 @@ PROFILE = ROOT / "results" / "profiles" / "h200x4-ws4" / "causal_conv1d_cp.candi
 @pytest.fixture
 def batch(tmp_path) -> Path:
     copy = tmp_path / "batch"
-    shutil.copytree(BATCH, copy, ignore=shutil.ignore_patterns("*.png", "*.log"))
+    # Without the profiles taken after the batch: the tests put their own there.
+    shutil.copytree(BATCH, copy, ignore=shutil.ignore_patterns("*.png", "*.log", "profiles"))
     return copy
 
 
@@ -69,3 +70,23 @@ def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch):
     assert args.world_size == 4, "the batch's world size"
     assert args.evaluate is None and {Path(k).parent.name for k in args.batch_rows} == under, "the batch's rows stand in for an evaluation"
     assert all(row["best_ms"] > 0 for row in args.batch_rows.values())
+
+
+def test_profile_gpu_shards_split_the_list_and_a_plain_rerun_writes_the_whole_summary(batch, tmp_path):
+    spec = importlib.util.spec_from_file_location("profile_gpu", ROOT / "benchmarks" / "profile_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "profiles"
+    out.mkdir()
+    command = ["--best-under-floor", str(batch), "--device", "cpu", "--out", str(out)]
+    names = [name for name, _, _ in module._batch_jobs(module._args(command))]
+    # Every job "profiled earlier" by one of two shards: the records that a GPU run would leave.
+    record = json.loads(PROFILE.read_text())
+    for i, name in enumerate(names):
+        (out / f"{name}.candidate.ranks-0.json").write_text(json.dumps({**record, "row": f"| {name} | shard {i % 2} |", "text": f"## {name}\n"}))
+    assert module.main(command + ["--shard", "1/2"]) == 0
+    shard = (out / "summary.shard-1-of-2.md").read_text()
+    assert all((f"| {name} |" in shard) == (i % 2 == 1) for i, name in enumerate(names))
+    assert not (out / "summary.md").exists()
+    assert module.main(command) == 0
+    assert all(f"| {name} |" in (out / "summary.md").read_text() for name in names)
