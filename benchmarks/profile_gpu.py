@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -70,9 +71,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--shard", default=None, metavar="K/N",
         help="profile only every N-th job from the K-th (0-based): N processes on N GPU groups share a list; "
-        "each writes summary.shard-K-of-N.md, and the same command without --shard afterwards (nothing left to "
-        "profile) writes the whole summary.md",
+        "each writes summary.shard-K-of-N.md; the same command without --shard and with --summary-only afterwards "
+        "writes the whole summary.md",
     )
+    parser.add_argument("--summary-only", action="store_true", help="profile nothing: write summary.md from the profiles already under --out")
     parser.add_argument(
         "--evaluate", action=argparse.BooleanOptionalAction, default=None,
         help="evaluate each kernel before profiling it, for the profile/evaluation cost column (default: yes, "
@@ -131,7 +133,15 @@ def _batch_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
     return jobs
 
 
+def _terminated(signum, frame) -> None:
+    # SIGTERM (a `timeout` around this script, a machine being returned): unwind, so that the
+    # profiling launch in progress kills the rank processes it started (they run in a session of
+    # their own, where the signal does not reach them) instead of leaving them on the GPUs.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminated)
     args = _args(argv)
     shapes = args.shapes or ("gpu" if args.device == "cuda" else "ci")
     out = Path(args.out)
@@ -154,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(record["row"])
                 texts.append(record["text"])
             print(f"[{name} {who}: profiled earlier]", flush=True)
+        elif args.summary_only:
+            print(f"[{name} {who}: not profiled]", flush=True)
+            continue
         else:
             if evaluate:
                 evaluation = _evaluate(args.device, shapes, path, args.world_size, candidate)

@@ -82,11 +82,41 @@ def test_profile_gpu_shards_split_the_list_and_a_plain_rerun_writes_the_whole_su
     names = [name for name, _, _ in module._batch_jobs(module._args(command))]
     # Every job "profiled earlier" by one of two shards: the records that a GPU run would leave.
     record = json.loads(PROFILE.read_text())
+    names, missing = names[:-1], names[-1]  # the last one never profiled: the summary goes without it
     for i, name in enumerate(names):
         (out / f"{name}.candidate.ranks-0.json").write_text(json.dumps({**record, "row": f"| {name} | shard {i % 2} |", "text": f"## {name}\n"}))
     assert module.main(command + ["--shard", "1/2"]) == 0
     shard = (out / "summary.shard-1-of-2.md").read_text()
     assert all((f"| {name} |" in shard) == (i % 2 == 1) for i, name in enumerate(names))
     assert not (out / "summary.md").exists()
-    assert module.main(command) == 0
-    assert all(f"| {name} |" in (out / "summary.md").read_text() for name in names)
+    assert module.main(command + ["--summary-only"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert all(f"| {name} |" in summary for name in names) and f"| {missing} |" not in summary
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(f"{name}.candidate.ranks-0.json" for name in names)
+
+
+def test_profile_gpu_stopped_by_sigterm_leaves_no_rank_running(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from services.worker.profiler.launch import descendants
+
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "profile_gpu.py"), "--device", "cpu", "--world-size", "2",
+           "--workloads", "tp_allgather_gemm,all_reduce_large", "--no-evaluate", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        ranks = [pid for pid in descendants(proc.pid) if "services.worker.profiler.rank" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        if ranks:
+            seen.update(descendants(proc.pid))
+            break
+        time.sleep(0.05)
+    assert seen, "the rank processes of the first profile were never seen"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    alive = [pid for pid in seen if Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"]
+    assert not alive, f"left running after SIGTERM: {alive}"

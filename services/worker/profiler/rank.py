@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -31,6 +32,12 @@ from services.worker.evaluator import rank as eval_rank
 
 from . import timeline as tl
 from .launch import LaunchSpec, rank_output
+
+#: How long a rank whose record is written waits for its process group to come down. Destroying
+#: an NCCL communicator whose collectives were captured in a CUDA graph can block for ever
+#: (pytorch/pytorch#115388; on 4xH200 every profile of a whole-step-graph candidate ran into the
+#: launch timeout with its GPUs idle); past this the rank leaves without it.
+TEARDOWN_S = 15.0
 
 
 def _sync(device: torch.device) -> None:
@@ -220,12 +227,30 @@ def main(argv: list[str] | None = None) -> int:
         rank_output(spec.out_dir, rank, "error.json").write_text(json.dumps(error))
         code = 1
     finally:
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - exiting anyway
-                pass
+        teardown(code)
     return code
+
+
+def teardown(code: int, wait_s: float = TEARDOWN_S) -> None:
+    """Destroy the process group; if that has not returned after ``wait_s``, end the process
+    with ``code`` (its record is written: nothing is lost but a clean NCCL shutdown)."""
+    if not dist.is_initialized():
+        return
+    done = threading.Event()
+
+    def destroy() -> None:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=destroy, name="kloom-teardown", daemon=True).start()
+    if not done.wait(wait_s):
+        print(f"[kloom] the process group did not come down within {wait_s:.0f} s; leaving without it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -145,3 +145,31 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state[state.rfind(")") + 2] != "Z"
+
+
+TEARDOWN_SCRIPT = """
+import sys, time
+import torch.distributed as dist
+from services.worker.profiler import rank
+dist.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+if {block}:
+    dist.destroy_process_group = lambda: time.sleep(600)  # an NCCL communicator that never comes down
+rank.teardown(7, wait_s=1.0)
+print("returned", dist.is_initialized(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_a_rank_whose_process_group_will_not_come_down_leaves_anyway(tmp_path, block):
+    import subprocess
+
+    script = TEARDOWN_SCRIPT.format(store=tmp_path / "store", block=block)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[4])
+    assert time.monotonic() - started < 30
+    if block:
+        # Left after the wait, with the rank's own exit code, and said why.
+        assert done.returncode == 7 and "returned" not in done.stdout
+        assert "did not come down within 1 s" in done.stderr
+    else:
+        assert done.returncode == 0 and "returned False" in done.stdout, done.stderr
