@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import Trajectory
+from services.worker.profiler.records import Profile
+from services.worker.profiler.summary import summarise
 
 from .runner import load_trajectories
 
@@ -50,8 +52,13 @@ def profile_records(out: str | Path) -> dict[tuple[str, int, str], tuple[str, di
 
 
 def _summary_line(profile: dict) -> str:
-    summary = profile["summary"]
-    return " ".join(summary) if isinstance(summary, list) else " ".join(str(summary).splitlines())
+    """A stored profile's summary on one line, written again by today's summariser where the
+    record can be read back (older profiles gain the verdict line), else as stored."""
+    try:
+        summary = summarise(Profile.from_dict(profile))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        summary = profile["summary"]
+    return ". ".join(summary) if isinstance(summary, list) else ". ".join(str(summary).splitlines())
 
 
 def _bottleneck(traj: Trajectory, records: dict | None = None) -> str:

@@ -43,7 +43,7 @@ def test_a_profile_of_the_best_kernel_names_the_bound(batch):
     (batch / "profiles").mkdir()
     shutil.copy(PROFILE, batch / "profiles" / PROFILE.name)
     row = _row(build_report(batch), "causal_conv1d_cp")
-    assert row["bottleneck"].startswith(f"profile of the best kernel (profiles/{PROFILE.name}): triton_poi_fused")
+    assert row["bottleneck"].startswith(f"profile of the best kernel (profiles/{PROFILE.name}): bound by its top kernel, triton_poi_fused")
     assert "communication 5% of GPU busy time" in row["bottleneck"]
     assert _row(build_report(batch), "distributed_sort")["bottleneck"].startswith("no profile")
 

@@ -41,12 +41,48 @@ def kernel_line(k: KernelStat, unit: str) -> str:
     return line
 
 
+#: A step whose GPU idles this share of its time is bound by the host (launches, synchronisation).
+HOST_BOUND_IDLE = 0.3
+#: A step whose collectives are this share of GPU busy time, not overlapped, is bound by communication.
+COMM_BOUND_EXPOSED = 0.5
+
+
+def verdict(p: Profile) -> str | None:
+    """One line: what bounds the step as a whole (the host, communication, or its top compute
+    kernel and what ncu says bounds that), then the other shares worth knowing; None when the
+    profile has no kernels to judge."""
+    if p.status != "ok" or not p.kernels:
+        return None
+    gpu = p.device == "cuda"
+    exposed, idle = p.exposed_communication_share or 0.0, p.idle_share or 0.0
+    top = next(iter(p.top(1, communication=False)), None)
+    if gpu and idle >= HOST_BOUND_IDLE:
+        main, kind = f"the host: the GPU idles {idle:.0%} of the step (launch overhead or host synchronisation)", "host"
+    elif exposed >= COMM_BOUND_EXPOSED:
+        main, kind = f"communication: {exposed:.0%} of {'GPU ' if gpu else ''}busy time in collectives not overlapped with compute", "comm"
+    elif top is not None:
+        unit = "GPU" if gpu else "CPU operator"
+        how = top.bottleneck if top.bottleneck and top.bottleneck != "communication" else ("no hardware counters" if gpu else "")
+        main, kind = f"its top kernel, {short_name(top.name)} ({top.share:.0%} of {unit} time){', ' + how if how else ''}", "compute"
+    else:
+        return None
+    extras = []
+    if kind != "comm" and exposed >= 0.1:
+        extras.append(f"exposed communication {exposed:.0%}")
+    if gpu and kind != "host" and idle >= 0.1:
+        extras.append(f"GPU idle {idle:.0%}")
+    return "bound by " + main + "".join(f"; {e}" for e in extras)
+
+
 def summarise(p: Profile, kernels: int = 3) -> str:
-    """What bounds the top kernels, what share of time is communication, what share is exposed,
-    and anything that makes the numbers doubtful."""
+    """What bounds the step (a verdict line), its top kernels, what share of time is
+    communication, what share is exposed, and anything that makes the numbers doubtful."""
     lines: list[str] = []
     gpu = p.device == "cuda"
     unit = "GPU" if gpu else "CPU operator"
+    line = verdict(p)
+    if line:
+        lines.append(line)
     if p.status != "ok" or not p.kernels:
         lines.append(f"profile {p.status} ({p.tool}): {p.reason}" if p.reason else f"profile {p.status} ({p.tool})")
     elif p.tool != "ncu" and gpu:
