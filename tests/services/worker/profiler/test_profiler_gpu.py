@@ -81,3 +81,55 @@ def test_a_suite_workload_under_ncu():
     assert (p.status, p.tool) == ("ok", "ncu"), p.reason
     assert any(k.bottleneck and not k.communication for k in p.kernels)
     assert any(k.communication for k in p.kernels)
+
+
+GRAPHED = '''
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    """The reference's step, its all-gather included, captured once in a CUDA graph and replayed."""
+
+    def __init__(self, hidden, ffn_per_rank):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(ffn_per_rank, hidden) / hidden**0.5)
+        self._graph = None
+
+    def _step(self, x_shard):
+        gathered = torch.empty(dist.get_world_size() * x_shard.shape[0], x_shard.shape[1], dtype=x_shard.dtype, device=x_shard.device)
+        dist.all_gather_into_tensor(gathered, x_shard)
+        return gathered @ self.weight.t().to(x_shard.dtype)
+
+    def forward(self, x_shard):
+        if self._graph is None:
+            self._static = x_shard.clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step(self._static)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph):
+                self._out = self._step(self._static)
+        self._static.copy_(x_shard)
+        self._graph.replay()
+        return self._out.clone()
+'''
+
+
+def test_a_candidate_that_captured_a_collective_in_a_cuda_graph_is_profiled_not_timed_out():
+    """4xH200: every profile of a whole-step-graph winner ran into the launch timeout with idle
+    GPUs (an NCCL communicator with graph-captured work that would not come down); the ranks now
+    leave after their record is written."""
+    _needs_ncu()
+    world = _world()
+    if world < 2:
+        pytest.skip("needs two GPUs: one rank captures no collective")
+    p = profile(WORKLOADS / "allgather_matmul.py", GRAPHED, world_size=world, device="cuda", settings=_settings(timeout_s=150))
+    assert (p.status, p.tool) == ("ok", "ncu"), p.reason
+    assert p.top(1, communication=False)[0].category == "gemm"
+    assert p.phase_seconds["timeline"] < 100 and p.phase_seconds["ncu"] < 100
