@@ -57,10 +57,17 @@ def test_a_profile_of_another_kernel_is_not_taken_for_the_best(batch):
     assert _row(build_report(batch), "causal_conv1d_cp")["bottleneck"].startswith("no profile")
 
 
-def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch):
+@pytest.fixture
+def profile_gpu():
+    """benchmarks/profile_gpu.py as a module (a script, not a package)."""
     spec = importlib.util.spec_from_file_location("profile_gpu", ROOT / "benchmarks" / "profile_gpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch, profile_gpu):
+    module = profile_gpu
     args = module._args(["--best-under-floor", str(batch), "--out", str(batch / "profiles")])
     jobs = module._batch_jobs(args)
     report = json.loads((BATCH / "report.json").read_text())
@@ -72,10 +79,8 @@ def test_profile_gpu_picks_the_best_kernels_under_the_floor(batch):
     assert all(row["best_ms"] > 0 for row in args.batch_rows.values())
 
 
-def test_profile_gpu_shards_split_the_list_and_a_plain_rerun_writes_the_whole_summary(batch, tmp_path):
-    spec = importlib.util.spec_from_file_location("profile_gpu", ROOT / "benchmarks" / "profile_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_profile_gpu_shards_split_the_list_and_a_summary_only_run_writes_the_whole_summary(batch, tmp_path, profile_gpu):
+    module = profile_gpu
     out = tmp_path / "profiles"
     out.mkdir()
     command = ["--best-under-floor", str(batch), "--device", "cpu", "--out", str(out)]
