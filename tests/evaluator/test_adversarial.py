@@ -29,6 +29,7 @@ CAUGHT = {
     "calls_reference": ({"rejected"}, "linear_allreduce", "static checker"),
     "swallows_errors": ({"rejected"}, "swallows", "static checker"),
     "returns_nan": ({"incorrect"}, "NaN", "NaN never passes"),
+    "starves_reference": ({"rejected"}, "num_threads", "process-wide settings (thread count) snapshot"),
 }
 
 

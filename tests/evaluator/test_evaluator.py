@@ -30,6 +30,11 @@ def test_correct_candidate_is_timed_against_the_reference(evaluator):
     assert timing.candidate_ms == max(t.median_ms for t in timing.candidate)
     assert timing.speedup == pytest.approx(timing.reference_ms / timing.candidate_ms)
     assert all(t.iters >= 5 for t in timing.candidate)
+    # Interleaved: the reference it is compared with was timed call by call beside it; the timing
+    # taken before the candidate was imported is kept beside it.
+    assert timing.interleaved and timing.reference_after is None
+    assert [t.iters for t in timing.reference] == [t.iters for t in timing.candidate]
+    assert timing.reference_alone is not None and len(timing.reference_alone) == 2
     assert result.roofline is not None and result.roofline.floor_ms > 0
     # The record survives JSON.
     again = EvalResult.from_dict(json.loads(json.dumps(result.to_dict())))

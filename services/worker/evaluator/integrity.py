@@ -45,6 +45,9 @@ def _numeric_settings() -> dict[str, object]:
         "default_dtype": torch.get_default_dtype(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "grad_enabled": torch.is_grad_enabled(),
+        # The reference is timed in the same process beside the candidate: a candidate that took
+        # its threads away would make it look slow.
+        "num_threads": torch.get_num_threads(),
         "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
         "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "cuda.matmul.allow_fp16_reduced_precision_reduction": (
@@ -150,6 +153,7 @@ class Snapshot:
 
     def restore_numerics(self) -> None:
         n = self.numerics
+        torch.set_num_threads(n["num_threads"])
         torch.set_float32_matmul_precision(n["float32_matmul_precision"])
         torch.set_default_dtype(n["default_dtype"])
         torch.use_deterministic_algorithms(n["deterministic"])

@@ -156,7 +156,8 @@ class RankState:
             self.timers[flush_bytes] = Timer(self.device, flush_bytes)
         return self.timers[flush_bytes]
 
-    def _time(self, model, timing: dict) -> list[float]:
+    def _timed_call(self, model):
+        """``(call, restore)`` for timing ``model`` on the timing inputs (its own copy of them)."""
         inputs = self._inputs(self.timing_seed)
         mutated = sorted({i for trial in self.ref_mutated for i in trial})
         pristine = {i: inputs[i].clone() for i in mutated if isinstance(inputs[i], torch.Tensor)}
@@ -169,15 +170,20 @@ class RankState:
             with torch.no_grad():
                 model(*inputs)
 
-        timer = self._timer(int(timing.get("flush_bytes", 0)))
-        return timer.measure(
-            call,
-            restore=restore if pristine else None,
-            warmup=int(timing["warmup_iters"]),
-            min_iters=int(timing["min_iters"]),
-            max_iters=int(timing["max_iters"]),
-            budget_s=float(timing["budget_s"]),
-        )
+        return call, (restore if pristine else None)
+
+    @staticmethod
+    def _protocol(timing: dict) -> dict:
+        return {
+            "warmup": int(timing["warmup_iters"]),
+            "min_iters": int(timing["min_iters"]),
+            "max_iters": int(timing["max_iters"]),
+            "budget_s": float(timing["budget_s"]),
+        }
+
+    def _time(self, model, timing: dict) -> list[float]:
+        call, restore = self._timed_call(model)
+        return self._timer(int(timing.get("flush_bytes", 0))).measure(call, restore=restore, **self._protocol(timing))
 
     # Commands ---------------------------------------------------------------------------------
     def cmd_ping(self) -> dict:
@@ -363,6 +369,13 @@ class RankState:
         return reply
 
     def cmd_time(self, which: str, timing: dict) -> dict:
+        """Time the candidate, the reference, or (``which="both"``) the two interleaved."""
+        if which == "both":
+            if self.cand is None or self.ref is None:
+                raise RuntimeError("interleaved timing needs the reference and a candidate loaded")
+            timer = self._timer(int(timing.get("flush_bytes", 0)))
+            cand, ref = timer.measure_pair(self._timed_call(self.cand), self._timed_call(self.ref), **self._protocol(timing))
+            return {"times": cand, "reference_times": ref}
         model = self.cand if which == "candidate" else self.ref
         if model is None:
             raise RuntimeError(f"no {which} loaded")

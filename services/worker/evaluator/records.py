@@ -106,6 +106,10 @@ class TimingRecord:
     candidate_ms: float
     speedup: float
     reference_after: list[TimeStats] | None = None
+    #: Interleaved timing: ``reference`` was timed call by call beside the candidate, and this is
+    #: the reference timed alone before any candidate code was imported.
+    reference_alone: list[TimeStats] | None = None
+    interleaved: bool = False
     clock: Literal["cuda_events", "wall"] = "wall"
 
 

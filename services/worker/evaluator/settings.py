@@ -25,7 +25,10 @@ class EvalSettings:
     timing_budget_s: float = 1.0
     #: Bytes written between timed calls to evict the cache (0: on CUDA, twice the L2 size).
     flush_bytes: int = 0
-    #: Time the reference again after the candidate and flag a drift.
+    #: Time the candidate interleaved with the reference, call by call (the speedup then compares
+    #: samples taken over the same seconds); off: the candidate alone, after the reference.
+    interleave_timing: bool = True
+    #: Without interleaving: time the reference again after the candidate and flag a drift.
     recheck_reference: bool = True
     #: A candidate faster than this many times the reference is flagged for a person to look at.
     suspicious_speedup: float = 10.0

@@ -5,6 +5,12 @@ synchronise the whole device (so work left on side streams counts), stop. CUDA e
 the monotonic wall clock on the CPU. The number of timed calls is chosen from the warm-up and
 agreed across ranks so that every rank issues the same collectives.
 
+A comparison of two functions (the reference and a candidate) times them interleaved, call by
+call and in alternating order (A B, B A, ...): whatever slows the machine for a while (another
+tenant, clocks, a compile worker) then weighs on both alike instead of on whichever was timed
+during it. On a shared 2-core machine the same code timed in separate phases came out 0.7x to
+1.5x of itself (benchmarks/results/timing_noise_cpu.md).
+
 The functions used here are bound at import, before any candidate code is loaded, so a
 candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not change them.
 """
@@ -99,5 +105,38 @@ class Timer:
             self.time_call(fn, restore)
         per_call_s = (_perf_counter() - t0) / n_warm
         wanted = budget_s / max(per_call_s, 1e-6)
-        iters = int(self.agree_max(float(min(max_iters, max(min_iters, math.ceil(wanted))))))
+        iters = self._agreed_iters(wanted, min_iters, max_iters)
         return [self.time_call(fn, restore) for _ in range(iters)]
+
+    def measure_pair(
+        self,
+        first: tuple[Callable[[], Any], Callable[[], None] | None],
+        second: tuple[Callable[[], Any], Callable[[], None] | None],
+        *,
+        warmup: int,
+        min_iters: int,
+        max_iters: int,
+        budget_s: float,
+    ) -> tuple[list[float], list[float]]:
+        """Two functions, each given as ``(fn, restore)``, timed interleaved: ``budget_s`` for each,
+        the calls alternating in order from one pair to the next. Returns both sample lists (ms)."""
+        n_warm = max(1, warmup)
+        t0 = _perf_counter()
+        for _ in range(n_warm):
+            self.time_call(*first)
+            self.time_call(*second)
+        per_pair_s = (_perf_counter() - t0) / n_warm
+        iters = self._agreed_iters(2 * budget_s / max(per_pair_s, 1e-6), min_iters, max_iters)
+        a: list[float] = []
+        b: list[float] = []
+        for i in range(iters):
+            if i % 2 == 0:
+                a.append(self.time_call(*first))
+                b.append(self.time_call(*second))
+            else:
+                b.append(self.time_call(*second))
+                a.append(self.time_call(*first))
+        return a, b
+
+    def _agreed_iters(self, wanted: float, min_iters: int, max_iters: int) -> int:
+        return int(self.agree_max(float(min(max_iters, max(min_iters, math.ceil(wanted))))))

@@ -1,0 +1,125 @@
+"""How far the evaluator's speedup of a candidate that *is* the reference strays from 1.0x, with
+the two timing protocols side by side in one run: the candidate timed alone after the reference
+(``separate``, the protocol before interleaving) and the two timed call by call in alternating
+order (``interleaved``, the default). Rounds alternate the protocols, so a slow spell of the
+machine falls on both.
+
+    python benchmarks/timing_noise.py --workload vocab_parallel_cross_entropy --world-size 2 \\
+        --rounds 12 --out benchmarks/results/timing_noise_cpu.md
+
+``--device cuda`` does the same on GPUs (``gpu`` shapes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ[_name] = _value
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kloom.suite import find  # noqa: E402
+from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
+
+PROTOCOLS = {"separate": False, "interleaved": True}
+#: Other statistics of the same samples, for comparison with the median the evaluator uses.
+LOW_STATS = ("p10_ms", "min_ms")
+
+
+def reference_copy(workload: Path) -> str:
+    """A candidate that is the reference itself: its true speedup is exactly 1."""
+    return workload.read_text().rstrip() + "\n\n\nclass ModelNew(Model):\n    pass\n"
+
+
+def summary(speedups: list[float]) -> dict[str, float]:
+    logs = [math.log(s) for s in speedups]
+    ordered = sorted(speedups)
+    return {
+        "min": ordered[0],
+        "median": statistics.median(ordered),
+        "max": ordered[-1],
+        # The typical error of one evaluation: the root-mean-square of log(speedup), as a factor.
+        "rms_error": math.exp(math.sqrt(sum(v * v for v in logs) / len(logs))) - 1,
+        "within_5pct": sum(abs(s - 1) <= 0.05 for s in speedups) / len(speedups),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="vocab_parallel_cross_entropy")
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    workload = Path(find(args.workload).path)
+    code = reference_copy(workload)
+    started = time.monotonic()
+    results: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
+    low: dict[str, dict[str, list[float]]] = {name: {stat: [] for stat in LOW_STATS} for name in PROTOCOLS}
+    evaluators = {name: Evaluator(args.device, EvalSettings.from_env(args.device)) for name in PROTOCOLS}
+    for name, interleaved in PROTOCOLS.items():
+        evaluators[name].settings.interleave_timing = interleaved
+    try:
+        for r in range(args.rounds):
+            order = list(PROTOCOLS) if r % 2 == 0 else list(reversed(PROTOCOLS))
+            for name in order:
+                result = evaluators[name].evaluate(workload, candidate_source=code, world_size=args.world_size)
+                if not result.correct:
+                    raise SystemExit(f"the reference copy was judged {result.status}: {result.summary()}")
+                t = result.timing
+                results[name].append(t.speedup)
+                for stat in LOW_STATS:
+                    low[name][stat].append(max(getattr(x, stat) for x in t.reference) / max(getattr(x, stat) for x in t.candidate))
+                print(f"round {r + 1:2d} {name:<11} {t.speedup:.3f}x", flush=True)
+    finally:
+        for ev in evaluators.values():
+            ev.close()
+    command = "python benchmarks/timing_noise.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    lines = [
+        f"# Timing noise: the reference measured against itself ({args.workload}, world size {args.world_size}, {args.device})",
+        "",
+        f"Command: `{command}` ({(time.monotonic() - started) / 60:.1f} min). Each row: {args.rounds} evaluations of a "
+        "candidate that is the reference itself (true speedup 1.0x), the two protocols alternating round by round.",
+        "",
+        "| protocol | min | median | max | typical error of one evaluation | within 5% of 1.0x |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, speedups in results.items():
+        s = summary(speedups)
+        lines.append(
+            f"| {name} | {s['min']:.3f}x | {s['median']:.3f}x | {s['max']:.3f}x | {100 * s['rms_error']:.1f}% | "
+            f"{100 * s['within_5pct']:.0f}% |"
+        )
+    lines += [
+        "",
+        "The same evaluations with the speedup taken from other statistics of the samples (the evaluator uses the median):",
+        "",
+        "| protocol | statistic | min | median | max | typical error | within 5% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in PROTOCOLS:
+        for stat in LOW_STATS:
+            s = summary(low[name][stat])
+            lines.append(
+                f"| {name} | {stat.removesuffix('_ms')} | {s['min']:.3f}x | {s['median']:.3f}x | {s['max']:.3f}x | "
+                f"{100 * s['rms_error']:.1f}% | {100 * s['within_5pct']:.0f}% |"
+            )
+    lines += ["", "Speedups per round: " + "; ".join(f"{n}: " + ", ".join(f"{v:.3f}" for v in vs) for n, vs in results.items()), ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
