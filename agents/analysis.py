@@ -39,6 +39,7 @@ class Analysis:
     trace_error: str = ""  # why the reference could not be traced (then the counts are unknown)
     source_rewrites: dict[str, int] = field(default_factory=dict)  # rewrite -> collective calls it removes
     collective_calls: dict[str, int] = field(default_factory=dict)  # calls per step per collective (the busiest rank)
+    bincount_bins: int | None = None  # the most bins a torch.bincount call of the step counts into (None: none traced)
 
     @property
     def graph_capturable(self) -> bool:
@@ -95,6 +96,7 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
         roofline_terms={k: roofline.get(k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
         row_split=first.get("row_split"),
         collective_calls=calls,
+        bincount_bins=max((t["bincount_bins"] for t in traces if t.get("bincount_bins") is not None), default=None),
     )
 
 

@@ -22,11 +22,13 @@ import ast
 from .rewrites import is_module_call, module_aliases, rename_calls
 
 HELPER_NAME = "_kloom_bincount"
+#: The most bins counted by comparison; beyond, the helper calls ``torch.bincount`` itself.
+FEW_BINS_MAX = 64
 
 BINCOUNT_HELPER = '''
 import torch as _kl_torch
 
-_KL_FEW_BINS_MAX = 64
+_KL_FEW_BINS_MAX = FEW_BINS_MAX_VALUE
 _KL_FEW_BINS_MIN = 1 << 16
 _KL_FEW_BINS_CHUNK = 1 << 25  # elements of one chunk's comparison matrix
 
@@ -62,7 +64,7 @@ def _kloom_bincount(values, weights=None, minlength=0):
     )
     counts = _kl_few_bins(values, minlength) if fast else None
     return _kl_torch.bincount(values, weights, minlength) if counts is None else counts
-'''
+'''.replace("FEW_BINS_MAX_VALUE", str(FEW_BINS_MAX))
 
 
 def _bincounts(tree: ast.Module) -> list[tuple[ast.Call, str]]:

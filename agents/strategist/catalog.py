@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 from agents.analysis import Analysis
 
+from .bincount import FEW_BINS_MAX
+
 #: Collective messages up to this size are latency-bound on NVLink; symmetric-memory one-shot
 #: all-reduce beats NCCL's ring there (larger ones use two-shot, then NCCL).
 SYMM_ONE_SHOT_MAX = 1 << 20
@@ -305,6 +307,10 @@ def _prefetch_exchange(a: Analysis) -> list[Option]:
 def _few_bin_count(a: Analysis) -> list[Option]:
     calls = a.source_rewrites.get("few_bin_count", 0)
     if a.device != "cuda" or not calls:
+        return []
+    if a.bincount_bins is not None and a.bincount_bins > FEW_BINS_MAX:
+        # The rewrite would fall back to bincount itself: a candidate spent on the reference's own
+        # code (the MoE steps count 256 experts; on 2xH200 moe_layer lost its 1.13x winner to it).
         return []
     why = (
         f"{calls} torch.bincount call(s): on a GPU each element adds to a counter in global memory, and with a few "

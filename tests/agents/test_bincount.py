@@ -5,6 +5,8 @@ that a rewritten candidate is correct on every rank under the real evaluator."""
 
 from __future__ import annotations
 
+import re
+
 import shutil
 from pathlib import Path
 
@@ -89,6 +91,22 @@ def test_the_catalog_offers_it_on_a_gpu_only():
     assert options[0].strategy == "few_bin_count" and options[0].params == {"wrapper": "none", "rewrites": ["few_bin_count"]}
     assert "few_bin_count" not in {o.strategy for o in options_for(Analysis(**dict(base, device="cpu"), source_rewrites={"few_bin_count": 2}))}
     assert "few_bin_count" not in {o.strategy for o in options_for(Analysis(**base))}
+    # Where the trace saw how many bins: a few, it is offered; many, the rewrite would only call
+    # bincount itself, so it is not worth a candidate.
+    assert options_for(Analysis(**base, source_rewrites={"few_bin_count": 2}, bincount_bins=4))[0].strategy == "few_bin_count"
+    assert "few_bin_count" not in {o.strategy for o in options_for(Analysis(**base, source_rewrites={"few_bin_count": 2}, bincount_bins=256))}
+
+
+def test_the_trace_says_how_many_bins_bincount_counts_into(evaluator):
+    """The sort's destination ranks (as many bins as ranks) against the MoE dispatch's experts."""
+    sort = build_analysis(evaluator.analyze(Path(find(WORKLOAD).path), world_size=2), family="x", world_size=2, device="cpu", baseline=None)
+    assert sort.bincount_bins == 2
+    moe_path = Path(find("moe_dispatch").path)
+    moe = build_analysis(evaluator.analyze(moe_path, world_size=2), family="x", world_size=2, device="cpu", baseline=None)
+    experts = re.search(r'"ci": dict\([^)]*experts=(\d+)', moe_path.read_text())
+    assert experts and moe.bincount_bins is not None and moe.bincount_bins >= int(experts.group(1))
+    no_count = build_analysis(evaluator.analyze(Path(find("all_reduce_small").path), world_size=2), family="x", world_size=2, device="cpu", baseline=None)
+    assert no_count.bincount_bins is None
 
 
 def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):

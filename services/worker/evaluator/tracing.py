@@ -136,6 +136,9 @@ def trace_call(fn, inputs: list) -> dict[str, Any]:
         "patterns": sorted(patterns),
         "output_shapes": [list(t.shape) for t in outs],
         "output_dtypes": [str(t.dtype).replace("torch.", "") for t in outs],
+        # How many bins the step's torch.bincount calls count into (int64 counts: 8 bytes a bin),
+        # which decides whether counting by comparison can beat it.
+        "bincount_bins": max((e["bytes_out"] // 8 for e in events if e["op"] == "aten::bincount"), default=None),
     }
 
 
