@@ -15,7 +15,7 @@ from kloom.workload import WorkloadError, inspect_workload, read_source
 
 from .analysis import build_analysis, untraced_analysis
 from .limits import Budget, LimitReached
-from .records import JobSpec, Plan, Step, Trajectory, Usage, utcnow
+from .records import NOT_EVALUATED, JobSpec, Plan, Step, Trajectory, Usage, utcnow
 from .roles import Coder, KBAdvice, Planner, PlanningContext
 from .strategist.codegen import source_rewrites
 from .verifier import Verifier
@@ -142,6 +142,7 @@ def run_job(
             state, reason = ("succeeded" if exc.finished else "stopped"), str(exc)
             break
         if step is None:
+            reason = getattr(planner, "done_reason", "") or reason
             break
         traj.steps.append(step)
         budget.steps_done = len(traj.steps)
@@ -267,6 +268,13 @@ def _step(index: int, ctx: PlanningContext, planner: Planner, coder: Coder, veri
         step.candidate_code = written.code
         # A model's answer may hold a lone surrogate: hashed as it is; the evaluator refuses it.
         step.candidate_sha256 = hashlib.sha256(written.code.encode("utf-8", "surrogatepass")).hexdigest()
+        same = next((s for s in ctx.history if s.candidate_sha256 == step.candidate_sha256 and s.status not in NOT_EVALUATED), None)
+        if same is not None:
+            # The same code measures the same: an evaluation would only spend the job's time.
+            step.status = "skipped"
+            step.feedback = f"this candidate is identical to step {same.index}'s ({same.status}); not evaluated again"
+            step.finished_at = utcnow()
+            return step
         t0 = time.monotonic()
         # The job's clock bounds the evaluation too; the fallback step (run after the clock ran
         # out, so that the job ends with a correct kernel) is bounded only by the evaluator.

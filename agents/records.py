@@ -16,8 +16,11 @@ TRAJECTORY_VERSION = 1
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "stopped"]
 #: Step statuses: the evaluator's statuses, plus ``coder_failed`` (no candidate could be written:
-#: unparseable model output, empty answer, a strategy that does not apply) and ``skipped``.
+#: unparseable model output, empty answer, a strategy that does not apply) and ``skipped`` (the
+#: candidate is identical to one this job already evaluated, so it was not evaluated again).
 StepStatus = str
+#: Steps that evaluated no candidate.
+NOT_EVALUATED = frozenset({"coder_failed", "skipped"})
 
 
 def utcnow() -> str:

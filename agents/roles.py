@@ -38,6 +38,15 @@ class StrategyHint:
     losses: int
     confidence: float  # derived from the evidence, in [0, 1]
     evidence: str = ""  # profiler and timing evidence, a few lines
+    #: What it measured on the similar workloads, wins and losses alike: the geometric mean of its
+    #: speedups weighted by each workload's similarity (None: it never ran correctly there), and
+    #: the sum of those similarities (how much evidence that is).
+    speedup: float | None = None
+    weight: float = 0.0
+    #: The same over the jobs on nearly this workload (``kb.store.CLOSE_SIMILARITY``: the same
+    #: computation at a neighbouring size or world size, on the same hardware).
+    close_speedup: float | None = None
+    close_weight: float = 0.0
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer, selectinload
 
-from agents.records import Step, Trajectory
+from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
 from agents.roles import FailureHint, KBAdvice, KernelHint, StrategyHint
 from kloom.db import utcnow
 
@@ -33,8 +33,6 @@ from .models import KBEvidence, KBFailure, KBJob, KBKernel, KBStrategy, KBWorklo
 from .signature import Signature, similarity
 
 FINISHED_STATES = frozenset({"succeeded", "failed", "cancelled", "stopped"})
-#: Steps that were never evaluated: they are neither evidence for nor against a strategy.
-NOT_EVALUATED = frozenset({"skipped", "coder_failed"})
 #: A candidate beats its baseline when its speedup clears the timing noise: by at least this much,
 #: and by more than the reference's own time drifted between its timings before and after the
 #: candidate's (on a busy machine a copy of the reference can measure 1.4x).
@@ -43,6 +41,9 @@ MIN_GAIN = 0.02
 MIN_SIMILARITY = 0.5
 #: Failures are only worth avoiding on nearly the same workload.
 FAILURE_SIMILARITY = 0.8
+#: Jobs at least this similar are on nearly the same workload: what an option measured there is
+#: what it would measure here (the planner passes over options they measured slower than its best).
+CLOSE_SIMILARITY = 0.9
 #: A kernel written for another computation is an example to learn from, not a drop-in: its
 #: similarity is scaled by this (below the offline planner's threshold for verbatim reuse).
 OTHER_COMPUTATION_FACTOR = 0.5
@@ -402,7 +403,7 @@ def advice(
     *,
     workload_source: str | None = None,
     kernels: int = 5,
-    strategies: int = 8,
+    strategies: int = 16,
     min_similarity: float = MIN_SIMILARITY,
 ) -> KBAdvice:
     """What the knowledge base offers the planner for a workload (its ``agents.analysis`` dict).
@@ -488,8 +489,10 @@ def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> lis
         select(KBEvidence).where(KBEvidence.job_id.in_(list(jobs))).options(selectinload(KBEvidence.strategy))
     ).all()
     by_strategy: dict[int, list[KBEvidence]] = defaultdict(list)
+    by_name: dict[str, list[KBEvidence]] = defaultdict(list)
     for e in rows:
         by_strategy[e.strategy_id].append(e)
+        by_name[e.strategy.name].append(e)
     scored = []
     for evidence in by_strategy.values():
         strategy = evidence[0].strategy
@@ -500,6 +503,9 @@ def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> lis
         # Its params where it won on the most similar workload (the fastest among equals).
         lead = max(wins, key=lambda e: (round(jobs[e.job_id], 2), e.speedup, -e.id)) if wins else None
         closest = sorted(evidence, key=lambda e: (-jobs[e.job_id], e.id))[:3]
+        measured, weight = _measured_speedup(by_name[strategy.name], jobs)
+        close = {job: sim for job, sim in jobs.items() if sim >= CLOSE_SIMILARITY}
+        close_measured, close_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in close], close)
         hint = StrategyHint(
             strategy=strategy.name,
             description=strategy.description,
@@ -508,6 +514,10 @@ def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> lis
             losses=len(evidence) - len(wins),
             confidence=confidence,
             evidence="\n".join(_evidence_line(e, jobs[e.job_id]) for e in closest),
+            speedup=measured,
+            weight=weight,
+            close_speedup=close_measured,
+            close_weight=close_weight,
         )
         scored.append((confidence, typical, -strategy.id, hint))
     scored.sort(key=lambda t: t[:3], reverse=True)
@@ -517,6 +527,22 @@ def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> lis
             names.add(hint.strategy)
             hints.append(hint)
     return hints[:limit]
+
+
+def _measured_speedup(evidence: list[KBEvidence], jobs: dict[str, float]) -> tuple[float | None, float]:
+    """A strategy's speedup over the similar jobs where it ran correctly (similarity-weighted
+    geometric mean; a reference run as a candidate counts at most 1.0x), and the weight of all its
+    evidence, failed runs included."""
+    weight = sum(jobs[e.job_id] for e in evidence)
+    measured = [
+        (math.log(min(e.speedup, 1.0) if e.strategy.name == "reference_copy" else e.speedup), jobs[e.job_id])
+        for e in evidence
+        if e.speedup and e.speedup > 0
+    ]
+    if not measured:
+        return None, weight
+    total = sum(w for _, w in measured)
+    return math.exp(sum(v * w for v, w in measured) / total), weight
 
 
 def _failure_hints(session: Session, query: Signature) -> list[FailureHint]:

@@ -156,6 +156,7 @@ def kb_view(ctx: PlanningContext) -> dict[str, Any]:
                 "wins": s.wins,
                 "losses": s.losses,
                 "confidence": f"{s.confidence:.2f}",
+                "measured": f"{s.speedup:.2f}x" if s.speedup is not None else "",
                 "evidence": clip(s.evidence, CLIP["evidence"]),
             }
             for s in kb.strategies

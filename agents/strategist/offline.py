@@ -3,15 +3,25 @@
 The planner ranks the options that apply to the workload's traced structure (``catalog.py``),
 adjusted by what the knowledge base knows and by what this job has already measured: a strategy
 whose kind of wrapper crashed is not tried again, a refinement is tried only after the option it
-refines won, and the reference itself is kept as a last resort so that a job always ends with a
-correct kernel. The coder writes each option's candidate from the reference's own source.
+refines won, a candidate identical to one already evaluated is not written again, and the
+reference itself is kept as a last resort so that a job always ends with a correct kernel.
+
+With a knowledge base, a kernel kept from this workload (or the same computation at another
+size or world size) is tried first; then the options the knowledge base saw win on similar
+workloads, fastest first; then those it knows nothing of, in the catalog's order; and last the
+options it saw lose (the reference itself goes before those when nothing correct is known yet).
+Once the job has a correct kernel, an option the knowledge base measured on nearly this workload
+slower than it is not evaluated again, and when only such options are left the job ends.
+The coder writes each option's candidate from the reference's own source.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from agents.analysis import Analysis
-from agents.records import Plan, Usage
-from agents.roles import CoderOutput, PlanningContext
+from agents.records import NOT_EVALUATED, Plan, Usage
+from agents.roles import CoderOutput, PlanningContext, StrategyHint
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
@@ -21,10 +31,22 @@ from .codegen import NotApplicable, render
 _BROKEN = {"runtime_error", "crashed", "timeout", "compile_error"}
 #: A knowledge-base kernel this similar is tried before anything else.
 KB_REUSE_SIMILARITY = 0.6
+#: Knowledge-base evidence that a strategy ran at least this much faster than the reference on
+#: similar workloads puts it before the options the knowledge base knows nothing of; evidence of
+#: less puts it after them (a reference run as a candidate measures within a few per cent of 1x).
+KB_GAIN = 1.02
+#: Evidence worth less than this (the summed similarity of the jobs behind it) changes nothing.
+KB_MIN_WEIGHT = 0.5
+
+_WINS, _UNKNOWN, _ANCHOR, _LOSES = 0, 1, 2, 3
 
 
 def _tried(ctx: PlanningContext) -> set[str]:
     return {option_key(s.plan.strategy, s.plan.params) for s in ctx.history}
+
+
+def _evaluated_code(ctx: PlanningContext) -> set[str]:
+    return {s.candidate_sha256 for s in ctx.history if s.candidate_sha256 and s.status not in NOT_EVALUATED}
 
 
 def _broken_wrappers(ctx: PlanningContext) -> set[str]:
@@ -35,13 +57,33 @@ def _won(ctx: PlanningContext, strategy: str) -> bool:
     return any(s.plan.strategy == strategy and (s.speedup or 0) > 1.0 for s in ctx.history)
 
 
+def _sha(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _tier(option: Option, evidence: dict[str, StrategyHint]) -> tuple[int, float]:
+    """Where the knowledge base puts an option: (tier, the speedup it measured there)."""
+    if option.strategy == "reference_copy":
+        return _ANCHOR, 1.0
+    hint = evidence.get(option.strategy)
+    if hint is None or hint.weight < KB_MIN_WEIGHT:
+        return _UNKNOWN, 0.0
+    if hint.speedup is not None and hint.speedup >= KB_GAIN:
+        return _WINS, hint.speedup
+    return _LOSES, hint.speedup or 0.0
+
+
 class OfflinePlanner:
+    #: Why the last ``plan`` call found nothing to try, when it was the knowledge base's doing.
+    done_reason = ""
+
     def plan(self, ctx: PlanningContext) -> tuple[Plan | None, Usage]:
         if ctx.analysis is None:
             return None, Usage()
         analysis = Analysis.from_dict(ctx.analysis)
         tried = _tried(ctx)
-        reuse = self._kb_reuse(ctx, tried)
+        evaluated = _evaluated_code(ctx)
+        reuse = self._kb_reuse(ctx, tried, evaluated)
         if reuse is not None:
             return reuse, Usage()
         remaining = ctx.budget.limits.max_iters - ctx.budget.steps_done
@@ -51,11 +93,25 @@ class OfflinePlanner:
         anchor = next((o for o in options if o.strategy == "reference_copy"), None)
         if anchor and not has_correct and (remaining <= 1 or len(options) == 1):
             return self._plan(anchor, analysis, "no candidate is correct yet and this is the last step: "), Usage()
+        settled = []
         for option in options:
-            if option.strategy != "reference_copy":
-                return self._plan(option, analysis), Usage()
-        if anchor and not has_correct:
-            return self._plan(anchor, analysis), Usage()
+            if option.strategy == "reference_copy":
+                if not has_correct:
+                    # Only options the knowledge base saw lose are left before it.
+                    return self._plan(anchor, analysis, "the knowledge base saw every remaining option lose on similar workloads: "), Usage()
+                continue
+            if self._duplicate(option, ctx, evaluated):
+                continue
+            if has_correct and self._settled(option, ctx):
+                settled.append(option.strategy)
+                continue
+            return self._plan(option, analysis, self._kb_note(option, ctx)), Usage()
+        self.done_reason = (
+            f"the knowledge base measured the remaining option(s) ({', '.join(settled)}) on nearly this workload below "
+            f"this job's best ({ctx.best.speedup:.2f}x)"
+            if settled
+            else ""
+        )
         return None, Usage()
 
     def fallback(self, ctx: PlanningContext) -> Plan | None:
@@ -68,12 +124,14 @@ class OfflinePlanner:
             return None
         return self._plan(anchor, Analysis.from_dict(ctx.analysis), "a limit stopped the search with no correct candidate: ")
 
-    def _kb_reuse(self, ctx: PlanningContext, tried: set[str]) -> Plan | None:
-        for hint in sorted(ctx.kb.kernels, key=lambda h: -h.similarity):
+    def _kb_reuse(self, ctx: PlanningContext, tried: set[str], evaluated: set[str]) -> Plan | None:
+        # The most similar first (this workload's own kernels before the same computation at
+        # another size); among equals the knowledge base's order, fastest first.
+        for hint in sorted(ctx.kb.kernels, key=lambda h: -round(h.similarity, 2)):
             if hint.similarity < KB_REUSE_SIMILARITY:
                 break
             params = {"kernel_id": hint.kernel_id}
-            if option_key("kb_reuse", params) in tried:
+            if option_key("kb_reuse", params) in tried or _sha(hint.code) in evaluated:
                 continue
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
@@ -89,7 +147,7 @@ class OfflinePlanner:
 
     def _ranked(self, ctx: PlanningContext, analysis: Analysis, tried: set[str]) -> list[Option]:
         broken = _broken_wrappers(ctx)
-        confidence = {h.strategy: h.confidence for h in ctx.kb.strategies}
+        evidence = {h.strategy: h for h in ctx.kb.strategies}
         failed = {option_key(f.strategy, f.params) for f in ctx.kb.failures}
         ranked = []
         for option in options_for(analysis):
@@ -99,14 +157,55 @@ class OfflinePlanner:
                 continue
             if option.base and not _won(ctx, option.base):
                 continue
-            option.score += 0.5 * confidence.get(option.strategy, 0.0)
             ranked.append(option)
-        return sorted(ranked, key=lambda o: -o.score)
+        # Knowledge-base tiers first; within a tier, the speedup measured there, then the prior.
+        return sorted(ranked, key=lambda o: (_tier(o, evidence)[0], -_tier(o, evidence)[1], -o.score))
+
+    @staticmethod
+    def _duplicate(option: Option, ctx: PlanningContext, evaluated: set[str]) -> bool:
+        """Whether this option's candidate is one this job already evaluated (a kept kernel it
+        reused, say): the same code measures the same."""
+        if not evaluated:
+            return False
+        try:
+            code = offline_candidate(ctx, option.params, option.strategy)
+        except NotApplicable:
+            return False  # the coder will say why
+        return _sha(code) in evaluated
+
+    @staticmethod
+    def _settled(option: Option, ctx: PlanningContext) -> bool:
+        """Whether the knowledge base already measured this option on nearly this workload (the
+        same computation, a neighbouring size or world size, this hardware) slower than the best
+        this job has: evaluating it again would spend a candidate to learn what is known."""
+        hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
+        if hint is None or hint.close_weight < KB_MIN_WEIGHT or hint.close_speedup is None or ctx.best is None:
+            return False
+        return hint.close_speedup * KB_GAIN < (ctx.best.speedup or 0.0)
+
+    @staticmethod
+    def _kb_note(option: Option, ctx: PlanningContext) -> str:
+        hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
+        if hint is None or hint.weight < KB_MIN_WEIGHT or hint.speedup is None:
+            return ""
+        return f"the knowledge base measured it at {hint.speedup:.2f}x on similar workloads ({hint.wins} won, {hint.losses} lost); "
 
     @staticmethod
     def _plan(option: Option, analysis: Analysis, prefix: str = "") -> Plan:
         bound = f"; the roofline says the step is {analysis.dominant}-bound" if analysis.dominant else ""
         return Plan(strategy=option.strategy, params=option.params, rationale=prefix + option.rationale + bound, source="offline")
+
+
+def offline_candidate(ctx: PlanningContext, params: dict, label: str) -> str:
+    """The candidate the offline coder writes for an option: the reference's source, rewritten
+    and wrapped as ``params`` say."""
+    return render(
+        ctx.workload_source,
+        params,
+        mutated_inputs=(ctx.analysis or {}).get("mutated_inputs", []),
+        label=label,
+        row_split=(ctx.analysis or {}).get("row_split"),
+    )
 
 
 class OfflineCoder:
@@ -116,15 +215,8 @@ class OfflineCoder:
             if hint is None:
                 return CoderOutput(None, error=f"knowledge-base kernel {plan.params.get('kernel_id')} is no longer offered")
             return CoderOutput(hint.code)
-        mutated = (ctx.analysis or {}).get("mutated_inputs", [])
         try:
-            code = render(
-                ctx.workload_source,
-                plan.params,
-                mutated_inputs=mutated,
-                label=plan.strategy,
-                row_split=(ctx.analysis or {}).get("row_split"),
-            )
+            code = offline_candidate(ctx, plan.params, plan.strategy)
         except NotApplicable as exc:
             return CoderOutput(None, error=f"{plan.strategy} does not apply: {exc}")
         violations = check_candidate(code, "<offline candidate>")

@@ -146,3 +146,39 @@ def test_the_wall_time_limit_bounds_a_running_evaluation(evaluator, tmp_path):
     assert traj.steps[-1].plan.strategy == "reference_copy" and traj.best_step is not None
     assert traj.state == "stopped" and "wall-time" in traj.stop_reason
     assert took < 45.0, f"the job took {took:.0f} s against an 8 s limit"
+
+
+def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evaluator, tmp_path):
+    """Two plans that come out as the same code (a model repeating itself, a kept kernel that is
+    what an option writes): the second is recorded as skipped, and the evaluator runs once."""
+    from agents.records import Plan, Usage
+    from agents.roles import CoderOutput
+
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
+    same = workload.read_text() + "\n\nclass ModelNew(Model):\n    pass\n"
+
+    class TwoNames:
+        def plan(self, ctx):
+            return (Plan(strategy=f"idea_{len(ctx.history)}", rationale="x") if len(ctx.history) < 2 else None), Usage()
+
+    class SameCode:
+        def write(self, plan, ctx):
+            return CoderOutput(code=same)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def evaluate(self, *args, **kwargs):
+            self.calls += 1
+            return self.inner.evaluate(*args, **kwargs)
+
+    counting = Counting(evaluator)
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=4), profile="none", use_kb=False)
+    traj = run_job(spec, FileSink(tmp_path), evaluator=counting, planner=TwoNames(), coder=SameCode())
+    assert [s.status for s in traj.steps] == ["correct", "skipped"]
+    assert "identical to step 0" in traj.steps[1].feedback and traj.steps[1].evaluation is None
+    assert counting.calls == 1

@@ -242,3 +242,23 @@ def test_search_by_text_family_and_collective(kb_db):
         assert store.get_kernel(s, "k999999") is None and store.get_kernel(s, "nonsense") is None
         strategy = store.list_strategies(s, name="overlap_chunks")[0]
         assert store.get_strategy(s, strategy.public_id).evidence[0].job_id == "job-1"
+
+
+def test_advice_says_what_each_strategy_measured_wins_and_losses_alike(kb_db):
+    """The planner orders options by what they measured on similar workloads: the similarity-
+    weighted geometric mean of their speedups there (a loss pulls it under 1x), with the weight of
+    that evidence; a reference run as a candidate never counts above 1x."""
+    jobs = [
+        trajectory("m-1", TP, [Tried("cuda_graph", speedup=2.0), Tried("torch_compile", speedup=0.8), Tried("reference_copy", speedup=1.3)]),
+        trajectory("m-2", TP, [Tried("cuda_graph", speedup=0.5), Tried("torch_compile", status="runtime_error")]),
+    ]
+    with kb_db.sessions() as s:
+        for traj in jobs:
+            store.ingest(s, traj)
+    with kb_db.sessions() as s:
+        hints = {h.strategy: h for h in store.advice(s, TP.analysis("cuda"), "", "cuda", H200).strategies}
+    assert hints["cuda_graph"].speedup == pytest.approx(1.0)  # sqrt(2.0 * 0.5), both jobs equally similar
+    assert hints["cuda_graph"].weight == pytest.approx(2.0)
+    assert hints["torch_compile"].speedup == pytest.approx(0.8)  # the failed run has no speedup but counts as evidence
+    assert hints["torch_compile"].weight == pytest.approx(2.0)
+    assert hints["reference_copy"].speedup == pytest.approx(1.0)

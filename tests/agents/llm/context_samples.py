@@ -108,6 +108,8 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
                     losses=1,
                     confidence=0.8,
                     evidence="launch overhead 70% of step time on small TP workloads",
+                    speedup=1.9,
+                    weight=4.2,
                 )
             ],
             failures=[FailureHint(strategy="torch_compile", params={"mode": "max-autotune"}, reason="compile time over limit", count=2)],
