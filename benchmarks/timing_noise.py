@@ -54,13 +54,14 @@ def summary(speedups: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", default="vocab_parallel_cross_entropy")
+    parser.add_argument("--workload", default="vocab_parallel_cross_entropy", help="A suite workload's name, or a workload file.")
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--shapes", default=None, help="Shape profile (default: ci on cpu, gpu on cuda).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    workload = Path(find(args.workload).path)
+    workload = Path(args.workload) if args.workload.endswith(".py") else Path(find(args.workload).path)
     code = reference_copy(workload)
     started = time.monotonic()
     results: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
@@ -68,6 +69,8 @@ def main() -> None:
     evaluators = {name: Evaluator(args.device, EvalSettings.from_env(args.device)) for name in PROTOCOLS}
     for name, interleaved in PROTOCOLS.items():
         evaluators[name].settings.interleave_timing = interleaved
+        if args.shapes:
+            evaluators[name].settings.shapes = args.shapes
     try:
         for r in range(args.rounds):
             order = list(PROTOCOLS) if r % 2 == 0 else list(reversed(PROTOCOLS))
@@ -85,7 +88,7 @@ def main() -> None:
             ev.close()
     command = "python benchmarks/timing_noise.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     lines = [
-        f"# Timing noise: the reference measured against itself ({args.workload}, world size {args.world_size}, {args.device})",
+        f"# Timing noise: the reference measured against itself ({workload.stem}, world size {args.world_size}, {args.device})",
         "",
         f"Command: `{command}` ({(time.monotonic() - started) / 60:.1f} min). Each row: {args.rounds} evaluations of a "
         "candidate that is the reference itself (true speedup 1.0x), the two protocols alternating round by round.",
