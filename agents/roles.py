@@ -29,6 +29,12 @@ class KernelHint:
     same_workload: bool = False
 
 
+#: Knowledge-base jobs at least this similar are on nearly the same workload (the same computation
+#: at a neighbouring size or world size, on the same hardware): what was measured there is what
+#: would be measured here, so the planner does not measure it again.
+CLOSE_SIMILARITY = 0.9
+
+
 @dataclass
 class StrategyHint:
     strategy: str
@@ -43,8 +49,7 @@ class StrategyHint:
     #: the sum of those similarities (how much evidence that is).
     speedup: float | None = None
     weight: float = 0.0
-    #: The same over the jobs on nearly this workload (``kb.store.CLOSE_SIMILARITY``: the same
-    #: computation at a neighbouring size or world size, on the same hardware).
+    #: The same over the jobs on nearly this workload (``CLOSE_SIMILARITY``).
     close_speedup: float | None = None
     close_weight: float = 0.0
 

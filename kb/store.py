@@ -23,7 +23,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer, selectinload
 
 from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
-from agents.roles import FailureHint, KBAdvice, KernelHint, StrategyHint
+from agents.roles import CLOSE_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
 from kloom.db import utcnow
 
 from .computation import computation_key
@@ -41,9 +41,6 @@ MIN_GAIN = 0.02
 MIN_SIMILARITY = 0.5
 #: Failures are only worth avoiding on nearly the same workload.
 FAILURE_SIMILARITY = 0.8
-#: Jobs at least this similar are on nearly the same workload: what an option measured there is
-#: what it would measure here (the planner passes over options they measured slower than its best).
-CLOSE_SIMILARITY = 0.9
 #: A kernel written for another computation is an example to learn from, not a drop-in: its
 #: similarity is scaled by this (below the offline planner's threshold for verbatim reuse).
 OTHER_COMPUTATION_FACTOR = 0.5

@@ -21,7 +21,7 @@ import hashlib
 
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
-from agents.roles import CoderOutput, PlanningContext, StrategyHint
+from agents.roles import CLOSE_SIMILARITY, CoderOutput, PlanningContext, StrategyHint
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
@@ -78,6 +78,7 @@ class OfflinePlanner:
     done_reason = ""
 
     def plan(self, ctx: PlanningContext) -> tuple[Plan | None, Usage]:
+        self.done_reason = ""
         if ctx.analysis is None:
             return None, Usage()
         analysis = Analysis.from_dict(ctx.analysis)
@@ -133,6 +134,9 @@ class OfflinePlanner:
             params = {"kernel_id": hint.kernel_id}
             if option_key("kb_reuse", params) in tried or _sha(hint.code) in evaluated:
                 continue
+            best = ctx.best.speedup if ctx.best is not None else None
+            if best and hint.similarity >= CLOSE_SIMILARITY and hint.speedup * KB_GAIN < best:
+                continue  # measured on nearly this workload slower than what the job has
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
                 strategy="kb_reuse",

@@ -170,3 +170,20 @@ def test_distant_evidence_never_ends_a_job_early(cross_entropy, catalog_order):
     ctx.kb = KBAdvice(strategies=[_evidence(s, 0.5) for s in OPTIONS])  # lost everywhere, but nowhere close
     order = _run(ctx, {"reference_copy": 1.0})
     assert order[0] == "reference_copy" and sorted(order[1:]) == sorted(OPTIONS)
+
+
+def test_a_kept_kernel_measured_slower_nearby_than_the_jobs_best_is_not_reused(cross_entropy):
+    """After the first kept kernel (2.0x here), another kept from nearly this workload at 1.3x is
+    passed over; one from a merely similar workload is still tried (its speedup there says little)."""
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    first = offline_candidate(ctx, {"wrapper": "none", "rewrites": ["coalesce_allreduce"]}, "coalesce_allreduce")
+    slower = offline_candidate(ctx, {"wrapper": "compile", "compile_mode": "default"}, "torch_compile")
+    ctx.kb = KBAdvice(kernels=[KernelHint("k1", first, "coalesce_allreduce", {}, 2.0, "x", 1.0, True), KernelHint("k2", slower, "torch_compile", {}, 1.3, "x", 1.0, True)])
+    plan, _ = OfflinePlanner().plan(ctx)
+    ctx.history.append(_step(0, plan, first, 2.0))
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert plan.strategy != "kb_reuse"
+    ctx.kb.kernels[1].similarity = 0.7
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k2"})
