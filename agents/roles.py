@@ -27,12 +27,10 @@ class KernelHint:
     workload_name: str
     similarity: float  # 1.0: same structure, shapes and world size
     same_workload: bool = False
-
-
-#: Knowledge-base jobs at least this similar are on nearly the same workload (the same computation
-#: at a neighbouring size or world size, on the same hardware): what was measured there is what
-#: would be measured here, so the planner does not measure it again.
-CLOSE_SIMILARITY = 0.9
+    #: From nearly this workload (the same computation on the same hardware, at most 4x apart in
+    #: input bytes and 2x in world size: ``kb.store.CLOSE_SIZE_RATIO``): its speedup there is what
+    #: it would measure here.
+    close: bool = False
 
 
 @dataclass
@@ -49,7 +47,7 @@ class StrategyHint:
     #: the sum of those similarities (how much evidence that is).
     speedup: float | None = None
     weight: float = 0.0
-    #: The same over the jobs on nearly this workload (``CLOSE_SIMILARITY``).
+    #: The same over the jobs on nearly this workload (as ``KernelHint.close``).
     close_speedup: float | None = None
     close_weight: float = 0.0
 

@@ -23,7 +23,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer, selectinload
 
 from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
-from agents.roles import CLOSE_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
+from agents.roles import FailureHint, KBAdvice, KernelHint, StrategyHint
 from kloom.db import utcnow
 
 from .computation import computation_key
@@ -41,6 +41,11 @@ MIN_GAIN = 0.02
 MIN_SIMILARITY = 0.5
 #: Failures are only worth avoiding on nearly the same workload.
 FAILURE_SIMILARITY = 0.8
+#: Jobs of the same computation on the same hardware at most this far apart in input bytes and in
+#: world size are on *nearly this workload*: what an option measured there is what it would measure
+#: here, so the planner does not evaluate it again where it measured slower than the job's best.
+CLOSE_SIZE_RATIO = 4
+CLOSE_WORLD_RATIO = 2
 #: A kernel written for another computation is an example to learn from, not a drop-in: its
 #: similarity is scaled by this (below the offline planner's threshold for verbatim reuse).
 OTHER_COMPUTATION_FACTOR = 0.5
@@ -417,15 +422,41 @@ def advice(
     jobs = _similar_jobs(session, query, min_similarity)
     if not jobs:
         return KBAdvice(failures=_failure_hints(session, query))
+    close = _close_jobs(session, query, jobs, workload_sha256, workload_source)
     return KBAdvice(
-        kernels=_kernel_hints(session, jobs, workload_sha256, workload_source, kernels),
-        strategies=_strategy_hints(session, jobs, strategies),
+        kernels=_kernel_hints(session, jobs, close, workload_sha256, workload_source, kernels),
+        strategies=_strategy_hints(session, jobs, close, strategies),
         failures=_failure_hints(session, query),
     )
 
 
+def _close_jobs(
+    session: Session, query: Signature, jobs: dict[str, float], workload_sha256: str, workload_source: str | None
+) -> dict[str, float]:
+    """The jobs on nearly this workload: the same computation (this file, or one whose source
+    states the same computation) on the same hardware, at most ``CLOSE_SIZE_RATIO`` apart in input
+    bytes and ``CLOSE_WORLD_RATIO`` in world size."""
+    query_key = computation_key(workload_source) if workload_source else None
+    rows = session.execute(
+        select(KBJob.job_id, KBJob.workload_sha256, KBJob.signature, KBWorkload.source)
+        .join(KBWorkload, KBWorkload.sha256 == KBJob.workload_sha256, isouter=True)
+        .where(KBJob.job_id.in_(list(jobs)))
+    ).all()
+    close = {}
+    for job_id, sha, signature, source in rows:
+        same = (workload_sha256 and sha == workload_sha256) or (query_key is not None and source is not None and computation_key(source) == query_key)
+        if not same:
+            continue
+        other = Signature.from_dict(signature)
+        sizes = sorted(max(b, 1) for b in (query.total_input_bytes, other.total_input_bytes))
+        worlds = sorted(max(w, 1) for w in (query.world_size, other.world_size))
+        if other.hardware == query.hardware and sizes[1] <= CLOSE_SIZE_RATIO * sizes[0] and worlds[1] <= CLOSE_WORLD_RATIO * worlds[0]:
+            close[job_id] = jobs[job_id]
+    return close
+
+
 def _kernel_hints(
-    session: Session, jobs: dict[str, float], workload_sha256: str, workload_source: str | None, limit: int
+    session: Session, jobs: dict[str, float], close: dict[str, float], workload_sha256: str, workload_source: str | None, limit: int
 ) -> list[KernelHint]:
     rows = session.scalars(
         select(KBKernel).where(KBKernel.job_id.in_(list(jobs))).options(defer(KBKernel.evaluation))
@@ -460,6 +491,7 @@ def _kernel_hints(
                 workload_name=k.workload_name,
                 similarity=round(sims[k.id], 6),
                 same_workload=bool(workload_sha256) and k.workload_sha256 == workload_sha256,
+                close=k.job_id in close,
             )
         )
         if len(hints) >= limit:
@@ -481,7 +513,7 @@ def _evidence_line(e: KBEvidence, sim: float) -> str:
     return head + line + (f"; profile: {profile}" if profile else "")
 
 
-def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> list[StrategyHint]:
+def _strategy_hints(session: Session, jobs: dict[str, float], close: dict[str, float], limit: int) -> list[StrategyHint]:
     rows = session.scalars(
         select(KBEvidence).where(KBEvidence.job_id.in_(list(jobs))).options(selectinload(KBEvidence.strategy))
     ).all()
@@ -501,7 +533,6 @@ def _strategy_hints(session: Session, jobs: dict[str, float], limit: int) -> lis
         lead = max(wins, key=lambda e: (round(jobs[e.job_id], 2), e.speedup, -e.id)) if wins else None
         closest = sorted(evidence, key=lambda e: (-jobs[e.job_id], e.id))[:3]
         measured, weight = _measured_speedup(by_name[strategy.name], jobs)
-        close = {job: sim for job, sim in jobs.items() if sim >= CLOSE_SIMILARITY}
         close_measured, close_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in close], close)
         hint = StrategyHint(
             strategy=strategy.name,

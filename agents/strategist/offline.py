@@ -21,7 +21,7 @@ import hashlib
 
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
-from agents.roles import CLOSE_SIMILARITY, CoderOutput, PlanningContext, StrategyHint
+from agents.roles import CoderOutput, PlanningContext, StrategyHint
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
@@ -135,7 +135,7 @@ class OfflinePlanner:
             if option_key("kb_reuse", params) in tried or _sha(hint.code) in evaluated:
                 continue
             best = ctx.best.speedup if ctx.best is not None else None
-            if best and hint.similarity >= CLOSE_SIMILARITY and hint.speedup * KB_GAIN < best:
+            if best and hint.close and hint.speedup * KB_GAIN < best:
                 continue  # measured on nearly this workload slower than what the job has
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(

@@ -179,11 +179,11 @@ def test_a_kept_kernel_measured_slower_nearby_than_the_jobs_best_is_not_reused(c
     ctx = planning_context(path, analysis)
     first = offline_candidate(ctx, {"wrapper": "none", "rewrites": ["coalesce_allreduce"]}, "coalesce_allreduce")
     slower = offline_candidate(ctx, {"wrapper": "compile", "compile_mode": "default"}, "torch_compile")
-    ctx.kb = KBAdvice(kernels=[KernelHint("k1", first, "coalesce_allreduce", {}, 2.0, "x", 1.0, True), KernelHint("k2", slower, "torch_compile", {}, 1.3, "x", 1.0, True)])
+    ctx.kb = KBAdvice(kernels=[KernelHint("k1", first, "coalesce_allreduce", {}, 2.0, "x", 1.0, True, True), KernelHint("k2", slower, "torch_compile", {}, 1.3, "x", 0.9, False, True)])
     plan, _ = OfflinePlanner().plan(ctx)
     ctx.history.append(_step(0, plan, first, 2.0))
     plan, _ = OfflinePlanner().plan(ctx)
     assert plan.strategy != "kb_reuse"
-    ctx.kb.kernels[1].similarity = 0.7
+    ctx.kb.kernels[1].close = False
     plan, _ = OfflinePlanner().plan(ctx)
     assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k2"})

@@ -262,3 +262,27 @@ def test_advice_says_what_each_strategy_measured_wins_and_losses_alike(kb_db):
     assert hints["torch_compile"].speedup == pytest.approx(0.8)  # the failed run has no speedup but counts as evidence
     assert hints["torch_compile"].weight == pytest.approx(2.0)
     assert hints["reference_copy"].speedup == pytest.approx(1.0)
+
+
+def test_close_evidence_comes_from_the_same_computation_only(kb_db):
+    """What a strategy measured on *nearly this workload* (which lets the planner skip it) comes from
+    the same computation at a neighbouring size, never from another computation however alike its
+    signature, nor from the same computation far away in size."""
+    near = Workload(input_shapes=((2048, 8192),), input_bytes=32 << 20, source=tp_source(2048))
+    far = Workload(input_shapes=((65536, 8192),), input_bytes=1 << 30, source=tp_source(65536))
+    other = Workload(input_shapes=((2048, 8192),), input_bytes=32 << 20, source=tp_source(2048).replace("return out @ self.weight.t()", "return (out @ self.weight.t()).relu()"))
+    assert other.source != near.source
+    for job_id, w, speedup in (("near", near, 1.5), ("far", far, 3.0), ("other", other, 0.5)):
+        with kb_db.sessions() as s:
+            store.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
+    query = Workload(input_shapes=((3072, 8192),), input_bytes=48 << 20, source=tp_source(3072))
+    with kb_db.sessions() as s:
+        advice = store.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200, workload_source=query.source)
+    hint = next(h for h in advice.strategies if h.strategy == "cuda_graph")
+    assert hint.weight > hint.close_weight > 0
+    assert hint.close_speedup == pytest.approx(1.5)
+    # The kept kernel is flagged alike (the far job's is the same code, offered once: from the near one).
+    assert [(k.speedup, k.close) for k in advice.kernels] == [(1.5, True)]
+    with kb_db.sessions() as s:  # without the query's source nothing is known to be the same computation
+        blind = next(h for h in store.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies if h.strategy == "cuda_graph")
+    assert blind.close_weight == 0 and blind.close_speedup is None
