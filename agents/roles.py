@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .limits import Budget
-from .records import JobSpec, Plan, Step, Usage
+from .records import JobSpec, Plan, Step, Usage, best_of
 
 
 @dataclass
@@ -80,8 +80,7 @@ class PlanningContext:
 
     @property
     def best(self) -> Step | None:
-        correct = [s for s in self.history if s.candidate_ms is not None]
-        return min(correct, key=lambda s: (s.candidate_ms, s.index)) if correct else None
+        return best_of(self.history)
 
     @property
     def last(self) -> Step | None:

@@ -34,7 +34,7 @@ class Verifier:
         if self.policy == "every_correct":
             return True
         best = ctx.best
-        return best is None or (result.timing is not None and result.timing.candidate_ms < (best.candidate_ms or float("inf")))
+        return best is None or (result.timing is not None and result.timing.speedup > (best.reported_speedup or 0.0))
 
 
 def feedback(result, profile: dict | None, ctx: PlanningContext) -> str:
@@ -44,10 +44,10 @@ def feedback(result, profile: dict | None, ctx: PlanningContext) -> str:
     if result.correct and result.timing:
         if best is None:
             lines.append("first correct candidate of this job")
-        elif result.timing.candidate_ms < best.candidate_ms:
-            lines.append(f"new best: {best.candidate_ms / result.timing.candidate_ms:.3f}x faster than step {best.index}")
+        elif result.timing.speedup > (best.reported_speedup or 0.0):
+            lines.append(f"new best: {result.timing.speedup:.3f}x against step {best.index}'s {best.reported_speedup:.3f}x")
         else:
-            lines.append(f"not better than step {best.index} ({best.candidate_ms:.4g} ms)")
+            lines.append(f"not better than step {best.index} ({best.reported_speedup:.3f}x, {best.candidate_ms:.4g} ms)")
         roof = result.roofline
         if roof:
             lines.append(

@@ -255,13 +255,15 @@ class ScriptedPlanner:
 
 
 class ScriptedCoder:
-    """Writes the source it was given for each planned name (``agents.roles.Coder``)."""
+    """Writes the source it was given for each planned name (``agents.roles.Coder``), marked with
+    its step: the loop does not evaluate a candidate identical to an earlier one, and these tests
+    run the same honest candidate after each fault to show the next one runs."""
 
     def __init__(self, sources: dict[str, str]):
         self.sources = sources
 
     def write(self, plan, ctx) -> CoderOutput:
-        return CoderOutput(code=self.sources[plan.strategy])
+        return CoderOutput(code=f"{self.sources[plan.strategy]}\n# step {len(ctx.history)}\n")
 
 
 # The database --------------------------------------------------------------------------------

@@ -6,12 +6,19 @@ import { diffLines, hunks, stats } from "../diff.js";
 import { badge, empty, errorBox, facts, h, replace, table } from "../dom.js";
 import * as fmt from "../format.js";
 
-/** The correct step with the shortest candidate time before ``index`` (ties: the earliest). */
+/** The speedup as reported: the reference run as a candidate never counts above 1.0x. */
+function reportedSpeedup(st) {
+  const speedup = st.status === "correct" ? st.evaluation?.timing?.speedup : null;
+  if (speedup == null) return null;
+  return st.plan?.strategy === "reference_copy" ? Math.min(speedup, 1) : speedup;
+}
+
+/** The correct step with the highest speedup before ``index`` (ties: the earliest), as the job's best is chosen. */
 export function previousBest(steps, index) {
   let best = null;
   for (const st of steps) {
-    const ms = st.status === "correct" ? st.evaluation?.timing?.candidate_ms : null;
-    if (st.index < index && ms != null && (best === null || ms < best.evaluation.timing.candidate_ms)) best = st;
+    const speedup = reportedSpeedup(st);
+    if (st.index < index && speedup != null && (best === null || speedup > reportedSpeedup(best))) best = st;
   }
   return best;
 }
@@ -176,7 +183,9 @@ function evaluationSection(ev) {
     );
   }
   if (timing) {
-    const ranks = timing.candidate.map((c, rank) => ({ rank, c, r: timing.reference[rank], after: timing.reference_after?.[rank] }));
+    // Interleaved records keep the reference timed alone before the candidate; older ones, after it.
+    const other = timing.interleaved ? timing.reference_alone : timing.reference_after;
+    const ranks = timing.candidate.map((c, rank) => ({ rank, c, r: timing.reference[rank], after: other?.[rank] }));
     section.append(
       h("h3", {}, "Times per rank"),
       table(
@@ -185,11 +194,15 @@ function evaluationSection(ev) {
           ["Candidate median", (x) => fmt.ms(x.c.median_ms), { numeric: true }],
           ["p10–p90", (x) => `${fmt.ms(x.c.p10_ms)} – ${fmt.ms(x.c.p90_ms)}`, { numeric: true }],
           ["Reference median", (x) => fmt.ms(x.r?.median_ms), { numeric: true }],
-          ["Reference after", (x) => fmt.ms(x.after?.median_ms), { numeric: true }],
+          [timing.interleaved ? "Reference alone" : "Reference after", (x) => fmt.ms(x.after?.median_ms), { numeric: true }],
           ["Iterations", (x) => x.c.iters, { numeric: true }],
         ],
         ranks,
-        { caption: "Timed side by side with the reference; the slowest rank sets the step's time." },
+        {
+          caption: timing.interleaved
+            ? "Timed interleaved with the reference, call by call; the slowest rank sets the step's time. Reference alone: timed before the candidate was loaded."
+            : "Timed after the reference; the slowest rank sets the step's time. Reference after: timed again after the candidate.",
+        },
       ),
     );
   }
