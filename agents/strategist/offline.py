@@ -7,9 +7,11 @@ refines won, a candidate identical to one already evaluated is not written again
 reference itself is kept as a last resort so that a job always ends with a correct kernel.
 
 With a knowledge base, a kernel kept from this workload (or the same computation at another
-size or world size) is tried first; then the options the knowledge base saw win on similar
-workloads, fastest first; then those it knows nothing of, in the catalog's order; and last the
-options it saw lose (the reference itself goes before those when nothing correct is known yet).
+size or world size) is tried first, unless its strategy's runs on nearly this workload average
+no gain; then the options the knowledge base saw win, fastest first; then those it knows nothing
+of, in the catalog's order; and last the options it saw lose (the reference itself goes before
+those when nothing correct is known yet). What it measured on nearly this workload decides over
+what it measured on merely similar ones.
 Once the job has a correct kernel, an option the knowledge base measured on nearly this workload
 slower than it is not evaluated again, and when only such options are left the job ends.
 The coder writes each option's candidate from the reference's own source.
@@ -61,16 +63,27 @@ def _sha(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _measured(hint: StrategyHint | None) -> tuple[float | None, float]:
+    """What the knowledge base measured of a strategy for this workload: on nearly this workload
+    when it has enough of that (the same computation at a neighbouring size or world size, on
+    this hardware), else on the similar workloads; (speedup, weight)."""
+    if hint is None:
+        return None, 0.0
+    if hint.close_weight >= KB_MIN_WEIGHT:
+        return hint.close_speedup, hint.close_weight
+    return hint.speedup, hint.weight
+
+
 def _tier(option: Option, evidence: dict[str, StrategyHint]) -> tuple[int, float]:
     """Where the knowledge base puts an option: (tier, the speedup it measured there)."""
     if option.strategy == "reference_copy":
         return _ANCHOR, 1.0
-    hint = evidence.get(option.strategy)
-    if hint is None or hint.weight < KB_MIN_WEIGHT:
+    speedup, weight = _measured(evidence.get(option.strategy))
+    if weight < KB_MIN_WEIGHT:
         return _UNKNOWN, 0.0
-    if hint.speedup is not None and hint.speedup >= KB_GAIN:
-        return _WINS, hint.speedup
-    return _LOSES, hint.speedup or 0.0
+    if speedup is not None and speedup >= KB_GAIN:
+        return _WINS, speedup
+    return _LOSES, speedup or 0.0
 
 
 class OfflinePlanner:
@@ -137,6 +150,8 @@ class OfflinePlanner:
             best = ctx.best.speedup if ctx.best is not None else None
             if best and hint.close and hint.speedup * KB_GAIN < best:
                 continue  # measured on nearly this workload slower than what the job has
+            if hint.close and self._no_gain_nearby(hint.strategy, ctx):
+                continue  # won where it was kept, but its strategy gains nothing on nearly this workload
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
                 strategy="kb_reuse",
@@ -178,6 +193,16 @@ class OfflinePlanner:
         return _sha(code) in evaluated
 
     @staticmethod
+    def _no_gain_nearby(strategy: str, ctx: PlanningContext) -> bool:
+        """Whether the knowledge base's runs of a strategy on nearly this workload, wins and
+        losses together, average less than ``KB_GAIN``: a kernel kept from one of them won
+        there by less than the others lost."""
+        hint = next((h for h in ctx.kb.strategies if h.strategy == strategy), None)
+        if hint is None or hint.close_weight < KB_MIN_WEIGHT:
+            return False
+        return hint.close_speedup is None or hint.close_speedup < KB_GAIN
+
+    @staticmethod
     def _settled(option: Option, ctx: PlanningContext) -> bool:
         """Whether the knowledge base already measured this option on nearly this workload (the
         same computation, a neighbouring size or world size, this hardware) slower than the best
@@ -190,9 +215,11 @@ class OfflinePlanner:
     @staticmethod
     def _kb_note(option: Option, ctx: PlanningContext) -> str:
         hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
-        if hint is None or hint.weight < KB_MIN_WEIGHT or hint.speedup is None:
+        speedup, weight = _measured(hint)
+        if hint is None or weight < KB_MIN_WEIGHT or speedup is None:
             return ""
-        return f"the knowledge base measured it at {hint.speedup:.2f}x on similar workloads ({hint.wins} won, {hint.losses} lost); "
+        where = "nearly this workload" if hint.close_weight >= KB_MIN_WEIGHT else "similar workloads"
+        return f"the knowledge base measured it at {speedup:.2f}x on {where} ({hint.wins} won, {hint.losses} lost); "
 
     @staticmethod
     def _plan(option: Option, analysis: Analysis, prefix: str = "") -> Plan:

@@ -187,3 +187,37 @@ def test_a_kept_kernel_measured_slower_nearby_than_the_jobs_best_is_not_reused(c
     ctx.kb.kernels[1].close = False
     plan, _ = OfflinePlanner().plan(ctx)
     assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k2"})
+
+
+def test_evidence_on_nearly_this_workload_decides_over_similar_workloads(cross_entropy, catalog_order):
+    """torch_compile won on similar workloads but lost on nearly this one: it goes after the
+    options without evidence; the reverse puts it first."""
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    lost_nearby = _evidence("torch_compile", 1.6)
+    lost_nearby.close_speedup, lost_nearby.close_weight = 0.99, 1.0  # no gain there, yet not settled
+    ctx.kb = KBAdvice(strategies=[lost_nearby])
+    order = _run(ctx, {})
+    assert order == [s for s in catalog_order if s != "torch_compile"] + ["torch_compile"]
+    won_nearby = _evidence("torch_compile", 0.8)
+    won_nearby.close_speedup, won_nearby.close_weight = 1.3, 1.0
+    ctx = planning_context(path, analysis)
+    ctx.kb = KBAdvice(strategies=[won_nearby])
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert plan.strategy == "torch_compile" and "1.30x on nearly this workload" in plan.rationale
+
+
+def test_a_kept_kernel_whose_strategy_gains_nothing_nearby_is_not_reused_first(cross_entropy, catalog_order):
+    """A kernel kept from a neighbouring world size where it won 1.04x, while the same strategy's
+    runs on nearly this workload average 0.97x (it lost on this very workload): the job does not
+    spend its first candidate on it. With those runs averaging a gain, it is reused first."""
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    kept = offline_candidate(ctx, {"wrapper": "compile", "compile_mode": "default"}, "torch_compile")
+    hint = KernelHint("k3", kept, "torch_compile", {}, 1.04, "vocab_parallel_cross_entropy", 0.95, True, True)
+    ctx.kb = KBAdvice(kernels=[hint], strategies=[_close("torch_compile", 0.97, weight=1.9)])
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert plan.strategy != "kb_reuse" and plan.strategy != "torch_compile"
+    ctx.kb = KBAdvice(kernels=[hint], strategies=[_close("torch_compile", 1.04, weight=1.9)])
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k3"})
