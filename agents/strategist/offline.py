@@ -7,8 +7,8 @@ refines won, a candidate identical to one already evaluated is not written again
 reference itself is kept as a last resort so that a job always ends with a correct kernel.
 
 With a knowledge base, a kernel kept from this workload (or the same computation at another
-size or world size) is tried first, unless its strategy's runs on nearly this workload average
-no gain; then the options the knowledge base saw win, fastest first; then those it knows nothing
+size or world size) is tried first, unless it was kept from a neighbouring size or world size
+and its strategy's runs on nearly this workload average no gain; then the options the knowledge base saw win, fastest first; then those it knows nothing
 of, in the catalog's order; and last the options it saw lose (the reference itself goes before
 those when nothing correct is known yet). What it measured on nearly this workload decides over
 what it measured on merely similar ones.
@@ -23,7 +23,7 @@ import hashlib
 
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
-from agents.roles import CoderOutput, PlanningContext, StrategyHint
+from agents.roles import CoderOutput, KernelHint, PlanningContext, StrategyHint
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
@@ -39,8 +39,15 @@ KB_REUSE_SIMILARITY = 0.6
 KB_GAIN = 1.02
 #: Evidence worth less than this (the summed similarity of the jobs behind it) changes nothing.
 KB_MIN_WEIGHT = 0.5
+#: A kept kernel this similar (and from the same workload file) was measured on this very workload.
+EXACT_SIMILARITY = 0.999
 
 _WINS, _UNKNOWN, _ANCHOR, _LOSES = 0, 1, 2, 3
+
+
+def _exact(hint: KernelHint) -> bool:
+    """A kernel kept from this very workload at this size, world size and hardware."""
+    return hint.same_workload and hint.similarity >= EXACT_SIMILARITY
 
 
 def _tried(ctx: PlanningContext) -> set[str]:
@@ -150,8 +157,8 @@ class OfflinePlanner:
             best = ctx.best.speedup if ctx.best is not None else None
             if best and hint.close and hint.speedup * KB_GAIN < best:
                 continue  # measured on nearly this workload slower than what the job has
-            if hint.close and self._no_gain_nearby(hint.strategy, ctx):
-                continue  # won where it was kept, but its strategy gains nothing on nearly this workload
+            if hint.close and not _exact(hint) and self._no_gain_nearby(hint.strategy, ctx):
+                continue  # won at a neighbouring size, but its strategy gains nothing on nearly this workload
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
                 strategy="kb_reuse",

@@ -210,7 +210,8 @@ def test_evidence_on_nearly_this_workload_decides_over_similar_workloads(cross_e
 def test_a_kept_kernel_whose_strategy_gains_nothing_nearby_is_not_reused_first(cross_entropy, catalog_order):
     """A kernel kept from a neighbouring world size where it won 1.04x, while the same strategy's
     runs on nearly this workload average 0.97x (it lost on this very workload): the job does not
-    spend its first candidate on it. With those runs averaging a gain, it is reused first."""
+    spend its first candidate on it. With those runs averaging a gain, or kept from this very
+    workload, it is reused first."""
     path, analysis = cross_entropy
     ctx = planning_context(path, analysis)
     kept = offline_candidate(ctx, {"wrapper": "compile", "compile_mode": "default"}, "torch_compile")
@@ -219,5 +220,11 @@ def test_a_kept_kernel_whose_strategy_gains_nothing_nearby_is_not_reused_first(c
     plan, _ = OfflinePlanner().plan(ctx)
     assert plan.strategy != "kb_reuse" and plan.strategy != "torch_compile"
     ctx.kb = KBAdvice(kernels=[hint], strategies=[_close("torch_compile", 1.04, weight=1.9)])
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k3"})
+    # Kept from this very workload (at this size and world size): a previous winner here is the
+    # first candidate whatever its neighbours measured.
+    hint.similarity = 1.0
+    ctx.kb = KBAdvice(kernels=[hint], strategies=[_close("torch_compile", 0.97, weight=1.9)])
     plan, _ = OfflinePlanner().plan(ctx)
     assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k3"})
