@@ -199,7 +199,7 @@ def _prepare(traj: Trajectory, spec: JobSpec, evaluator, sink: TrajectorySink) -
             traces = evaluator.analyze(spec.workload, world_size=spec.world_size)
             analysis = build_analysis(traces, family=info.family, world_size=spec.world_size, device=spec.device, baseline=traj.baseline)
         except RuntimeError as exc:
-            # Some references cannot run under the tracer (tensor subclasses, for one); the job
+            # Some references cannot run under the tracer (what its recorder cannot follow); the job
             # goes on with what is known without it, and the strategies that need no trace.
             analysis = untraced_analysis(str(exc), family=info.family, world_size=spec.world_size, device=spec.device, baseline=traj.baseline)
         analysis.source_rewrites = source_rewrites(source)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from agent_helpers import planning_context
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
-from agents.analysis import untraced_analysis
+from agents.analysis import build_analysis, untraced_analysis
 from agents.strategist import OfflinePlanner
 from agents.strategist.attention import SPLIT_ATTENTION_HELPER, split_causal_attention
 from agents.strategist.codegen import render, source_rewrites
@@ -120,20 +120,30 @@ def test_everything_else_calls_the_original(args, kwargs, why):
     assert len(calls) == 1, why
 
 
-def test_the_strategist_proposes_it_by_structure_not_name(tmp_path):
+def test_the_tracer_follows_a_reference_that_builds_a_tensor_subclass(evaluator):
+    """The reference builds a ``CausalBias`` (a plain tensor subclass) inside the traced call: the
+    trace still sees its all-gathers and its attention, on every rank."""
+    traces = evaluator.analyze(Path(find(WORKLOAD).path), world_size=2)
+    assert len(traces) == 2
+    for trace in traces:
+        assert trace["n_attention"] >= 1 and {c["op"] for c in trace["collectives"]} & {"allgather", "all_gather_into_tensor", "_allgather_base"}, trace["ops"]
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_the_strategist_proposes_it_by_structure_not_name(tmp_path, evaluator, traced):
     original = Path(find(WORKLOAD).path)
     renamed = tmp_path / "gathered_keys.py"
     shutil.copy(original, renamed)
+    baseline = {"reference_ms": 3.19, "roofline": {"dominant": "compute", "floor_ms": 1.23}}  # as measured on 4xH200
     for path in (original, renamed):
-        # the tracer cannot follow a CausalBias (a tensor subclass): the loop plans from the untraced analysis
-        baseline = {"reference_ms": 3.19, "roofline": {"dominant": "compute", "floor_ms": 1.23}}  # as measured on 4xH200
-        analysis = untraced_analysis("not traced", family="x", world_size=4, device="cuda", baseline=baseline)
-        analysis.source_rewrites = source_rewrites(path.read_text())
-        plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
-        assert plan.strategy == "split_causal_attention", (path.name, plan.strategy)
-        cpu = untraced_analysis("not traced", family="x", world_size=4, device="cpu", baseline=baseline)
-        cpu.source_rewrites = analysis.source_rewrites
-        assert OfflinePlanner().plan(planning_context(path, cpu.to_dict()))[0].strategy != "split_causal_attention"
+        for device in ("cuda", "cpu"):
+            if traced:
+                analysis = build_analysis(evaluator.analyze(path, world_size=2), family="x", world_size=2, device=device, baseline=baseline)
+            else:  # a reference the tracer cannot follow: the loop plans from the untraced analysis
+                analysis = untraced_analysis("not traced", family="x", world_size=2, device=device, baseline=baseline)
+            analysis.source_rewrites = source_rewrites(path.read_text())
+            plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
+            assert (plan.strategy == "split_causal_attention") == (device == "cuda"), (path.name, device, plan.strategy)
 
 
 def _candidate(tmp_path, old: str | None = None, new: str | None = None) -> Path:

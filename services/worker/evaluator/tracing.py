@@ -8,10 +8,11 @@ rank process because it executes workload code.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 #: Operators after which the host must wait for the device (they break CUDA-graph capture).
@@ -98,10 +99,37 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+@contextmanager
+def _subclasses_constructible() -> Iterator[None]:
+    """Let code under the recorder construct plain tensor subclasses (``CausalBias(...)``, any
+    ``class T(torch.Tensor)`` built by ``Tensor.__new__``): that allocates its storage through the
+    dispatcher, the recorder hands the new tensor back as a Python ``Tensor``, and the subclass
+    can then no longer claim it ("already associated to a python object"). Such constructions run
+    outside the recorder: an empty allocation, nothing the trace misses."""
+    base = torch._C.TensorBase.__new__
+    had_own = "__new__" in vars(torch.Tensor)
+    previous = vars(torch.Tensor).get("__new__")
+
+    def new(cls, *args, **kwargs):
+        if cls is torch.Tensor:
+            return base(cls, *args, **kwargs)
+        with _disable_current_modes():
+            return base(cls, *args, **kwargs)
+
+    torch.Tensor.__new__ = staticmethod(new)
+    try:
+        yield
+    finally:
+        if had_own:
+            torch.Tensor.__new__ = previous
+        else:
+            del torch.Tensor.__new__
+
+
 def trace_call(fn, inputs: list) -> dict[str, Any]:
     """Run ``fn(*inputs)`` once under the recorder and summarise what it did."""
     recorder = _Recorder()
-    with torch.no_grad(), recorder:
+    with torch.no_grad(), _subclasses_constructible(), recorder:
         out = fn(*inputs)
     events = recorder.events
     collectives = [
