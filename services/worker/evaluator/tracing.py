@@ -105,16 +105,23 @@ def _subclasses_constructible() -> Iterator[None]:
     ``class T(torch.Tensor)`` built by ``Tensor.__new__``): that allocates its storage through the
     dispatcher, the recorder hands the new tensor back as a Python ``Tensor``, and the subclass
     can then no longer claim it ("already associated to a python object"). Such constructions run
-    outside the recorder: an empty allocation, nothing the trace misses."""
+    outside the recorder: an empty allocation, nothing the trace misses.
+
+    Dynamo registers its own stand-in for ``torch.Tensor.__new__`` when it is first imported and
+    checks that stand-in's signature against whatever ``__new__`` is then: it is imported before
+    the swap (a reference that compiles, or any torch code that imports it, would otherwise fail
+    the trace), and the swap takes any arguments, as the check allows."""
+    import torch._dynamo  # noqa: F401  (see above)
+
     base = torch._C.TensorBase.__new__
     had_own = "__new__" in vars(torch.Tensor)
     previous = vars(torch.Tensor).get("__new__")
 
-    def new(cls, *args, **kwargs):
-        if cls is torch.Tensor:
-            return base(cls, *args, **kwargs)
+    def new(*args, **kwargs):
+        if args and args[0] is torch.Tensor:
+            return base(*args, **kwargs)
         with _disable_current_modes():
-            return base(cls, *args, **kwargs)
+            return base(*args, **kwargs)
 
     torch.Tensor.__new__ = staticmethod(new)
     try:
