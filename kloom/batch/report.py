@@ -109,6 +109,8 @@ def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
         "wall_seconds": seconds,
         "flags": sorted({f for s in traj.steps if s.correct for f in (s.evaluation or {}).get("flags", [])}),
         "bottleneck": _bottleneck(traj, records),
+        # Why the reference could not be traced: its job was planned without the structure.
+        "trace_error": (traj.analysis or {}).get("trace_error", ""),
     }
 
 
@@ -195,6 +197,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Under 50% of the roofline floor, and what bounds them", ""]
         for b in report["below_half_of_floor"]:
             lines.append(f"- **{b['workload']}** ({100 * b['fraction_of_floor']:.1f}% of a {b['dominant']}-bound floor): {b['bottleneck']}")
+    untraced = [r for r in report["rows"] if r.get("trace_error")]
+    if untraced:
+        lines += ["", "## Planned without a trace of the reference", ""]
+        lines += [f"- **{r['workload']}**: {r['trace_error'].splitlines()[0][-300:]}" for r in untraced]
     failed = [r for r in report["rows"] if not r["correct"]]
     if failed:
         lines += ["", "## Without a correct kernel", ""]

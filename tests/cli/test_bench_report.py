@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kloom.batch.report import build_report
+from kloom.batch.report import build_report, to_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = ROOT / "results" / "gpu" / "h200x4-ws4-r2"
@@ -35,6 +35,16 @@ def test_the_report_of_the_committed_batch_has_its_aggregates(batch):
     committed = json.loads((BATCH / "report.json").read_text())
     assert report["aggregate"] == committed["aggregate"]
     assert len(report["rows"]) == 36 and report["aggregate"]["correctness_rate"] == 1.0
+
+
+def test_a_job_planned_without_a_trace_is_named(batch):
+    """In that batch the tracer could not follow cp_allgather_kv_attention's CausalBias (since
+    fixed): the report says its job was planned without the structure, and names no other."""
+    report = build_report(batch)
+    assert [r["workload"] for r in report["rows"] if r["trace_error"]] == ["cp_allgather_kv_attention"]
+    text = to_markdown(report)
+    section = text.split("## Planned without a trace of the reference")[1]
+    assert "**cp_allgather_kv_attention**" in section and "CausalBias" in section
 
 
 def test_a_profile_of_the_best_kernel_names_the_bound(batch):
