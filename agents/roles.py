@@ -15,6 +15,10 @@ from .limits import Budget
 from .records import JobSpec, Plan, Step, Usage, best_of
 
 
+#: A job this similar to the query ran on this very workload (with the same computation).
+EXACT_SIMILARITY = 0.999
+
+
 @dataclass
 class KernelHint:
     """A kernel the knowledge base kept, from a workload similar to this one."""
@@ -31,6 +35,9 @@ class KernelHint:
     #: input bytes and 2x in world size: ``kb.store.CLOSE_SIZE_RATIO``): its speedup there is what
     #: it would measure here.
     close: bool = False
+    #: From this very workload: the same computation, sizes, world size and hardware
+    #: (similarity at least ``EXACT_SIMILARITY``).
+    exact: bool = False
 
 
 @dataclass
@@ -50,6 +57,10 @@ class StrategyHint:
     #: The same over the jobs on nearly this workload (as ``KernelHint.close``).
     close_speedup: float | None = None
     close_weight: float = 0.0
+    #: The same over the jobs on this very workload (as ``KernelHint.exact``): what evaluating it
+    #: again would most likely measure.
+    exact_speedup: float | None = None
+    exact_weight: float = 0.0
 
 
 @dataclass

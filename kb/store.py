@@ -23,7 +23,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer, selectinload
 
 from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
-from agents.roles import FailureHint, KBAdvice, KernelHint, StrategyHint
+from agents.roles import EXACT_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
 from kloom.db import utcnow
 
 from .computation import computation_key
@@ -492,6 +492,7 @@ def _kernel_hints(
                 similarity=round(sims[k.id], 6),
                 same_workload=bool(workload_sha256) and k.workload_sha256 == workload_sha256,
                 close=k.job_id in close,
+                exact=close.get(k.job_id, 0.0) >= EXACT_SIMILARITY,
             )
         )
         if len(hints) >= limit:
@@ -534,6 +535,8 @@ def _strategy_hints(session: Session, jobs: dict[str, float], close: dict[str, f
         closest = sorted(evidence, key=lambda e: (-jobs[e.job_id], e.id))[:3]
         measured, weight = _measured_speedup(by_name[strategy.name], jobs)
         close_measured, close_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in close], close)
+        exact = {job: sim for job, sim in close.items() if sim >= EXACT_SIMILARITY}
+        exact_measured, exact_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in exact], exact)
         hint = StrategyHint(
             strategy=strategy.name,
             description=strategy.description,
@@ -546,6 +549,8 @@ def _strategy_hints(session: Session, jobs: dict[str, float], close: dict[str, f
             weight=weight,
             close_speedup=close_measured,
             close_weight=close_weight,
+            exact_speedup=exact_measured,
+            exact_weight=exact_weight,
         )
         scored.append((confidence, typical, -strategy.id, hint))
     scored.sort(key=lambda t: t[:3], reverse=True)

@@ -12,7 +12,7 @@ and its strategy's runs on nearly this workload average no gain; then the option
 of, in the catalog's order; and last the options it saw lose (the reference itself goes before
 those when nothing correct is known yet). What it measured on nearly this workload decides over
 what it measured on merely similar ones.
-Once the job has a correct kernel, an option the knowledge base measured on nearly this workload
+Once the job has a correct kernel, an option the knowledge base measured on this very workload
 slower than it is not evaluated again, and when only such options are left the job ends.
 The coder writes each option's candidate from the reference's own source.
 """
@@ -23,7 +23,7 @@ import hashlib
 
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
-from agents.roles import CoderOutput, KernelHint, PlanningContext, StrategyHint
+from agents.roles import CoderOutput, PlanningContext, StrategyHint
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
@@ -39,15 +39,8 @@ KB_REUSE_SIMILARITY = 0.6
 KB_GAIN = 1.02
 #: Evidence worth less than this (the summed similarity of the jobs behind it) changes nothing.
 KB_MIN_WEIGHT = 0.5
-#: A kept kernel this similar (and from the same workload file) was measured on this very workload.
-EXACT_SIMILARITY = 0.999
 
 _WINS, _UNKNOWN, _ANCHOR, _LOSES = 0, 1, 2, 3
-
-
-def _exact(hint: KernelHint) -> bool:
-    """A kernel kept from this very workload at this size, world size and hardware."""
-    return hint.same_workload and hint.similarity >= EXACT_SIMILARITY
 
 
 def _tried(ctx: PlanningContext) -> set[str]:
@@ -128,7 +121,7 @@ class OfflinePlanner:
                 continue
             return self._plan(option, analysis, self._kb_note(option, ctx)), Usage()
         self.done_reason = (
-            f"the knowledge base measured the remaining option(s) ({', '.join(settled)}) on nearly this workload below "
+            f"the knowledge base measured the remaining option(s) ({', '.join(settled)}) on this very workload below "
             f"this job's best ({ctx.best.speedup:.2f}x)"
             if settled
             else ""
@@ -157,7 +150,7 @@ class OfflinePlanner:
             best = ctx.best.speedup if ctx.best is not None else None
             if best and hint.close and hint.speedup * KB_GAIN < best:
                 continue  # measured on nearly this workload slower than what the job has
-            if hint.close and not _exact(hint) and self._no_gain_nearby(hint.strategy, ctx):
+            if hint.close and not hint.exact and self._no_gain_nearby(hint.strategy, ctx):
                 continue  # won at a neighbouring size, but its strategy gains nothing on nearly this workload
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
@@ -211,13 +204,15 @@ class OfflinePlanner:
 
     @staticmethod
     def _settled(option: Option, ctx: PlanningContext) -> bool:
-        """Whether the knowledge base already measured this option on nearly this workload (the
-        same computation, a neighbouring size or world size, this hardware) slower than the best
-        this job has: evaluating it again would spend a candidate to learn what is known."""
+        """Whether the knowledge base already measured this option on this very workload (the
+        same computation, sizes, world size and hardware) slower than the best this job has:
+        evaluating it again would spend a candidate to learn what is known. A neighbouring size
+        or world size only orders the search: the balance of compute and communication moves
+        with them, and one measurement there says too little to skip an option here."""
         hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
-        if hint is None or hint.close_weight < KB_MIN_WEIGHT or hint.close_speedup is None or ctx.best is None:
+        if hint is None or hint.exact_weight < KB_MIN_WEIGHT or hint.exact_speedup is None or ctx.best is None:
             return False
-        return hint.close_speedup * KB_GAIN < (ctx.best.speedup or 0.0)
+        return hint.exact_speedup * KB_GAIN < (ctx.best.speedup or 0.0)
 
     @staticmethod
     def _kb_note(option: Option, ctx: PlanningContext) -> str:

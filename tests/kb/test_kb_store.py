@@ -286,3 +286,19 @@ def test_close_evidence_comes_from_the_same_computation_only(kb_db):
     with kb_db.sessions() as s:  # without the query's source nothing is known to be the same computation
         blind = next(h for h in store.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies if h.strategy == "cuda_graph")
     assert blind.close_weight == 0 and blind.close_speedup is None
+
+
+def test_exact_evidence_comes_from_this_very_workload_only(kb_db):
+    """What a strategy measured on *this very workload* (which lets the planner skip it once the job
+    has something faster): the same computation at the same sizes, never a neighbouring size."""
+    here = Workload(input_shapes=((2048, 8192),), input_bytes=32 << 20, source=tp_source(2048))
+    near = Workload(input_shapes=((3072, 8192),), input_bytes=48 << 20, source=tp_source(3072))
+    for job_id, w, speedup in (("here", here, 0.8), ("near", near, 1.5)):
+        with kb_db.sessions() as s:
+            store.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
+    with kb_db.sessions() as s:
+        advice = store.advice(s, here.analysis("cuda"), here.sha256, "cuda", H200, workload_source=here.source)
+    hint = next(h for h in advice.strategies if h.strategy == "cuda_graph")
+    assert hint.close_weight > hint.exact_weight == pytest.approx(1.0)
+    assert hint.exact_speedup == pytest.approx(0.8) and 0.8 < hint.close_speedup < 1.5
+    assert [(k.speedup, k.close, k.exact) for k in advice.kernels] == [(1.5, True, False)]  # 0.8x was not kept
