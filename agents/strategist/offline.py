@@ -112,7 +112,7 @@ class OfflinePlanner:
             if option.strategy == "reference_copy":
                 if not has_correct:
                     # Only options the knowledge base saw lose are left before it.
-                    return self._plan(anchor, analysis, "the knowledge base saw every remaining option lose on similar workloads: "), Usage()
+                    return self._plan(anchor, analysis, "the knowledge base measured every remaining option below the reference: "), Usage()
                 continue
             if self._duplicate(option, ctx, evaluated):
                 continue
