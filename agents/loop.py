@@ -7,6 +7,7 @@ saved trajectory continues at its next step and redoes nothing.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +20,8 @@ from .records import NOT_EVALUATED, JobSpec, Plan, Step, Trajectory, Usage, utcn
 from .roles import Coder, KBAdvice, Planner, PlanningContext
 from .strategist.codegen import source_rewrites
 from .verifier import Verifier
+
+log = logging.getLogger(__name__)
 
 
 class TrajectorySink(Protocol):
@@ -201,6 +204,7 @@ def _prepare(traj: Trajectory, spec: JobSpec, evaluator, sink: TrajectorySink) -
         except RuntimeError as exc:
             # Some references cannot run under the tracer (what its recorder cannot follow); the job
             # goes on with what is known without it, and the strategies that need no trace.
+            log.warning("job %s plans without a trace of the reference, which the tracer could not follow: %s", spec.job_id, exc)
             analysis = untraced_analysis(str(exc), family=info.family, world_size=spec.world_size, device=spec.device, baseline=traj.baseline)
         analysis.source_rewrites = source_rewrites(source)
         traj.analysis = analysis.to_dict()
@@ -213,7 +217,8 @@ def _advice(kb: KnowledgeBase | None, traj: Trajectory) -> KBAdvice:
         return KBAdvice()
     try:
         return kb.advice(traj)
-    except Exception:  # noqa: BLE001 - a KB that cannot answer must not stop the job
+    except Exception as exc:  # noqa: BLE001 - a KB that cannot answer must not stop the job
+        log.warning("job %s plans without the knowledge base, which could not answer: %s", traj.job.job_id, exc)
         return KBAdvice()
 
 
@@ -322,9 +327,7 @@ def _finish(traj: Trajectory, sink: TrajectorySink, state: str, reason: str, kb:
         try:
             kb.ingest(traj)
         except Exception as exc:  # noqa: BLE001 - the job's result stands without the KB
-            import logging
-
-            logging.getLogger(__name__).warning("could not record job %s in the knowledge base: %s", traj.job.job_id, exc)
+            log.warning("could not record job %s in the knowledge base: %s", traj.job.job_id, exc)
     return traj
 
 

@@ -3,11 +3,12 @@ candidate (evaluated like any other), and the finished job lands in the knowledg
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from agents.loop import FileSink, run_job
 from agents.records import JobSpec, Limits, Plan, Step
@@ -56,3 +57,22 @@ def test_a_kept_kernel_is_the_next_jobs_first_candidate(sqlite_db, tmp_path):
         assert s.get(KBJob, "job-2") is not None  # the loop ingested the finished job
         strategy = s.scalars(select(KBStrategy).where(KBStrategy.name == "collective_substitution")).one()
         assert sorted(e.job_id for e in s.scalars(select(KBEvidence).where(KBEvidence.strategy_id == strategy.id))) == ["job-1", "job-2"]
+
+
+@pytest.mark.slow
+def test_a_knowledge_base_that_cannot_answer_is_said_and_the_job_goes_on(sqlite_db, tmp_path, caplog):
+    """A broken knowledge base (here a table gone from its database) neither stops the job nor
+    goes unnoticed: the job plans without it, ends with a correct kernel, and the log says why;
+    the failed ingest at its end is said too."""
+    workload = tmp_path / "tp_gather_linear.py"
+    shutil.copy(DATA / "tp_gather_linear.py", workload)
+    with sqlite_db.sessions() as s:
+        s.execute(text("DROP TABLE kb_jobs"))
+        s.commit()
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=1), job_id="job-b")
+    with caplog.at_level(logging.WARNING, logger="agents.loop"), Evaluator("cpu", EvalSettings.from_env("cpu")) as evaluator:
+        traj = run_job(spec, FileSink(tmp_path / "b"), evaluator=evaluator, kb=KnowledgeBaseAdapter(sqlite_db.sessions))
+    assert traj.state == "succeeded" and traj.best_step is not None
+    said = [r.getMessage() for r in caplog.records]
+    assert any("job-b plans without the knowledge base" in m and "kb_jobs" in m for m in said), said
+    assert any("could not record job job-b in the knowledge base" in m for m in said), said
