@@ -523,6 +523,7 @@ def _strategy_hints(session: Session, jobs: dict[str, float], close: dict[str, f
     for e in rows:
         by_strategy[e.strategy_id].append(e)
         by_name[e.strategy.name].append(e)
+    exact = {job: sim for job, sim in close.items() if sim >= EXACT_SIMILARITY}
     scored = []
     for evidence in by_strategy.values():
         strategy = evidence[0].strategy
@@ -535,7 +536,6 @@ def _strategy_hints(session: Session, jobs: dict[str, float], close: dict[str, f
         closest = sorted(evidence, key=lambda e: (-jobs[e.job_id], e.id))[:3]
         measured, weight = _measured_speedup(by_name[strategy.name], jobs)
         close_measured, close_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in close], close)
-        exact = {job: sim for job, sim in close.items() if sim >= EXACT_SIMILARITY}
         exact_measured, exact_weight = _measured_speedup([e for e in by_name[strategy.name] if e.job_id in exact], exact)
         hint = StrategyHint(
             strategy=strategy.name,

@@ -63,6 +63,11 @@ def _sha(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _evidence_for(strategy: str, ctx: PlanningContext) -> StrategyHint | None:
+    """What the knowledge base offered about one strategy, if anything."""
+    return next((h for h in ctx.kb.strategies if h.strategy == strategy), None)
+
+
 def _measured(hint: StrategyHint | None) -> tuple[float | None, float]:
     """What the knowledge base measured of a strategy for this workload: on nearly this workload
     when it has enough of that (the same computation at a neighbouring size or world size, on
@@ -197,7 +202,7 @@ class OfflinePlanner:
         """Whether the knowledge base's runs of a strategy on nearly this workload, wins and
         losses together, average less than ``KB_GAIN``: a kernel kept from one of them won
         there by less than the others lost."""
-        hint = next((h for h in ctx.kb.strategies if h.strategy == strategy), None)
+        hint = _evidence_for(strategy, ctx)
         if hint is None or hint.close_weight < KB_MIN_WEIGHT:
             return False
         return hint.close_speedup is None or hint.close_speedup < KB_GAIN
@@ -209,14 +214,14 @@ class OfflinePlanner:
         evaluating it again would spend a candidate to learn what is known. A neighbouring size
         or world size only orders the search: the balance of compute and communication moves
         with them, and one measurement there says too little to skip an option here."""
-        hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
+        hint = _evidence_for(option.strategy, ctx)
         if hint is None or hint.exact_weight < KB_MIN_WEIGHT or hint.exact_speedup is None or ctx.best is None:
             return False
         return hint.exact_speedup * KB_GAIN < (ctx.best.speedup or 0.0)
 
     @staticmethod
     def _kb_note(option: Option, ctx: PlanningContext) -> str:
-        hint = next((h for h in ctx.kb.strategies if h.strategy == option.strategy), None)
+        hint = _evidence_for(option.strategy, ctx)
         speedup, weight = _measured(hint)
         if hint is None or weight < KB_MIN_WEIGHT or speedup is None:
             return ""

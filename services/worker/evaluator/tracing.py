@@ -114,8 +114,7 @@ def _subclasses_constructible() -> Iterator[None]:
     import torch._dynamo  # noqa: F401  (see above)
 
     base = torch._C.TensorBase.__new__
-    had_own = "__new__" in vars(torch.Tensor)
-    previous = vars(torch.Tensor).get("__new__")
+    previous = vars(torch.Tensor).get("__new__")  # None: Tensor has no __new__ of its own
 
     def new(*args, **kwargs):
         if args and args[0] is torch.Tensor:
@@ -127,7 +126,7 @@ def _subclasses_constructible() -> Iterator[None]:
     try:
         yield
     finally:
-        if had_own:
+        if previous is not None:
             torch.Tensor.__new__ = previous
         else:
             del torch.Tensor.__new__
