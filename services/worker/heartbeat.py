@@ -15,7 +15,8 @@ from collections.abc import Callable
 from celery import bootsteps, signals
 from sqlalchemy.orm import Session, sessionmaker
 
-from kloom.db import create_db_engine, session_factory, utcnow
+from kloom.clock import utcnow
+from kloom.db import create_db_engine, session_factory
 from kloom.settings import Settings
 from services.db.models import Worker
 

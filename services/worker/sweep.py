@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from kloom.db import utcnow
+from kloom.clock import utcnow
 from kloom.settings import Settings
 from services.db import jobs as job_ops
 

@@ -21,10 +21,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from agents.records import FINISHED_STATES
 from kloom.db import create_db_engine, session_factory
 from kloom.settings import Settings
 from services.db import jobs as job_ops
-from services.db.models import FINISHED_STATES, Job, StepRecord
+from services.db.models import Job, StepRecord
 from services.db.sink import DBSink, LeaseLost, waiting_for_database
 
 from .celery_app import RUN_JOB, dispatch
@@ -65,7 +66,7 @@ def execute_job(app: Celery, job_id: str, *, worker_id: str) -> str:
     log.info("job %s: %s as attempt %d on %s", job_id, claim.reason, claim.attempt, worker_id)
     sink = DBSink(sessions, job_id, claim.attempt)
     try:
-        trajectory = _run(sessions, job_id, sink)
+        trajectory = _run(sessions, job_id, sink, settings)
     except LeaseLost as exc:
         log.warning("job %s: %s; stopping this run", job_id, exc)
         return "lease lost"
@@ -85,10 +86,13 @@ def execute_job(app: Celery, job_id: str, *, worker_id: str) -> str:
     return trajectory.state
 
 
-def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink):
+def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink, settings: Settings):
     from agents.loop import run_job
     from agents.records import Trajectory
-    from services.worker.evaluator import EvalSettings, Evaluator, sandbox
+    from services.worker.evaluator import Evaluator
+    from services.worker.profiler import job_profiler
+
+    from .watch import JobWatch, WatchedEvaluator, WatchedSink
 
     def load() -> tuple[Job, list[dict]]:
         with sessions() as session:
@@ -101,33 +105,40 @@ def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink):
         path = Path(tmp) / f"{_file_stem(job.workload_name)}.py"
         path.write_text(job.workload_source, encoding="utf-8")
         path.chmod(0o600)
-        spec = job_spec(job, path)
-        eval_settings = sandbox.for_service(EvalSettings.from_env(spec.device))
-        sandbox.share_with_ranks([tmp, str(path)], eval_settings)
+        spec = job_ops.job_spec(job, str(path))
+        eval_settings = rank_settings(spec.device, settings, job.owner_key_id, tmp)
         resume = None
         if job.trajectory is not None or steps:
             data = dict(job.trajectory or {})
             data.update(job=dataclasses.asdict(spec), steps=steps)
             resume = Trajectory.from_dict(data)
         with Evaluator(spec.device, eval_settings) as evaluator:
-            return run_job(spec, sink, evaluator=evaluator, resume=resume, kb=open_kb(sessions) if spec.use_kb else None)
+            watched = WatchedEvaluator(evaluator)
+            with JobWatch(sessions, job_id, sink.attempt, watched, spec.limits.max_wall_s) as watch:
+                kb = open_kb(sessions) if spec.use_kb else None
+                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+                return run_job(spec, WatchedSink(sink, watch), evaluator=watched, resume=resume, kb=kb, profiler=profiler)
 
 
-def job_spec(job: Job, workload_path: Path):
-    """The loop's ``JobSpec`` for a job row."""
-    from agents.records import JobSpec, Limits
+def rank_settings(device: str, settings: Settings, owner: str, job_dir: str):
+    """The evaluator's settings for one job: ``KLOOM_EVAL_*``, and the service's sandbox: ranks
+    as an unprivileged user (a root worker), the service's data hidden, the temporary directories
+    covered but for the job's own (its workload, handed to the rank user), compiler caches of
+    the job owner's own."""
+    from services.worker.evaluator import EvalSettings, sandbox
 
-    return JobSpec(
-        workload=str(workload_path),
-        world_size=job.world_size,
-        device="cpu" if job.device_kind == "cpu" else "cuda",
-        shapes=job.shapes,
-        strategist=job.strategist,
-        limits=Limits(**job.limits),
-        job_id=job.id,
-        use_kb=bool(job.options.get("use_kb", True)),
-        options={k: v for k, v in job.options.items() if k != "use_kb"},
+    base = EvalSettings.from_env(device)
+    eval_settings = sandbox.for_service(
+        dataclasses.replace(
+            base,
+            hidden_paths=[*base.hidden_paths, *settings.private_paths()],
+            private_tmp=True,
+            readable_paths=[*base.readable_paths, job_dir],
+            cache_scope=f"key-{owner}",
+        )
     )
+    sandbox.share_with_ranks([job_dir, *(str(p) for p in Path(job_dir).iterdir())], eval_settings)
+    return eval_settings
 
 
 def _file_stem(name: str) -> str:

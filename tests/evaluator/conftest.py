@@ -23,7 +23,7 @@ def fast_settings(device: str) -> EvalSettings:
         device,
         shapes="ci",
         call_timeout_s=8.0 if device == "cpu" else 25.0,
-        load_timeout_s=60.0 if device == "cpu" else 90.0,
+        load_timeout_s=20.0 if device == "cpu" else 90.0,
         timing_timeout_s=60.0,
         timing_budget_s=0.2,
         min_iters=5,

@@ -30,11 +30,16 @@ def test_correct_candidate_is_timed_against_the_reference(evaluator):
     assert timing.candidate_ms == max(t.median_ms for t in timing.candidate)
     assert timing.speedup == pytest.approx(timing.reference_ms / timing.candidate_ms)
     assert all(t.iters >= 5 for t in timing.candidate)
-    # Interleaved: the reference it is compared with was timed call by call beside it; the timing
-    # taken before the candidate was imported is kept beside it.
+    # Interleaved blocks, each side timed with the other stopped; the candidate's clock agreed
+    # with the judge's.
     assert timing.interleaved and timing.reference_after is None
     assert [t.iters for t in timing.reference] == [t.iters for t in timing.candidate]
-    assert timing.reference_alone is not None and len(timing.reference_alone) == 2
+    check = timing.clock_check
+    assert check.ok and check.blocks >= 1 and check.candidate_block_ms > 0
+    assert result.evaluator_version == "2"
+    # Memory: each side's own peak, and one copy of the outputs (64 x 48 float32 per rank).
+    assert result.memory.output_bytes == 64 * 48 * 4
+    assert 0 < result.memory.reference_peak_bytes and 0 < result.memory.candidate_peak_bytes
     assert result.roofline is not None and result.roofline.floor_ms > 0
     # The record survives JSON.
     again = EvalResult.from_dict(json.loads(json.dumps(result.to_dict())))
@@ -154,20 +159,20 @@ def test_cli_eval_exit_code_and_json(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def in_rank_evaluator():
-    """Judges every output on the rank's device (the path large outputs take)."""
+def unfiltered_evaluator():
+    """The static checker switched off: the judge alone stands between a candidate and a verdict."""
     from services.worker.evaluator import EvalSettings, Evaluator
 
-    settings = EvalSettings.for_device("cpu", judge_transfer_bytes=0, timing_budget_s=0.1, min_iters=3)
+    settings = EvalSettings.for_device("cpu", static_check=False, timing_budget_s=0.1, min_iters=3, load_timeout_s=20.0)
     with Evaluator("cpu", settings) as ev:
         yield ev
 
 
-def test_in_rank_judge_accepts_honest_candidates(in_rank_evaluator):
-    good = in_rank_evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
+def test_unfiltered_judge_accepts_honest_candidates(unfiltered_evaluator):
+    good = unfiltered_evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
     assert good.correct, good.summary()
     assert good.trials[0].ranks[0].numel == 64 * 48
-    inplace_ok = in_rank_evaluator.evaluate(INPLACE, candidate_source=(
+    inplace_ok = unfiltered_evaluator.evaluate(INPLACE, candidate_source=(
         "import torch.distributed as dist\nimport torch.nn as nn\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        dist.all_reduce(x)\n        return x.sum(0)\n"
     ), world_size=2)
@@ -175,9 +180,9 @@ def test_in_rank_judge_accepts_honest_candidates(in_rank_evaluator):
 
 
 @pytest.mark.parametrize("name", ["returns_zeros", "allocator_reuse", "mutates_input", "caches_results", "rank0_only", "returns_nan"])
-def test_in_rank_judge_catches_the_same_cheats(in_rank_evaluator, name):
-    """Forcing the on-device comparison for tiny outputs shows it catches what the pool-side judge catches."""
-    bad = in_rank_evaluator.evaluate(LINEAR, HERE / "adversarial" / f"{name}.py", world_size=2)
+def test_unfiltered_judge_catches_the_same_cheats(unfiltered_evaluator, name):
+    """Cheats the outputs give away are caught with the static checker off too."""
+    bad = unfiltered_evaluator.evaluate(LINEAR, HERE / "adversarial" / f"{name}.py", world_size=2)
     assert bad.status == "incorrect", bad.summary()
 
 

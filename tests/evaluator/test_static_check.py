@@ -70,6 +70,14 @@ def test_honest_candidate_passes():
         ("import torch\ntry:\n    y = torch.ones(1)\nexcept Exception:\n    y = None", "swallow"),
         ("try:\n    pass\nexcept:\n    pass", "swallow"),
         ("import torch\ny = getattr(torch, name)", "builtin"),
+        # Issue 20's holes: a module reached through a constant-name getattr, attrgetter, reduce.
+        ("import torch\nm = getattr(torch, 'sys').modules", "import"),
+        ("import torch\ngetattr(torch, 'os').system('ls')", "import"),
+        ("import torch\nobjs = getattr(torch, 'gc').get_objects()", "import"),
+        ("import operator, torch\nm = operator.attrgetter('sys.modules')(torch)", "builtin"),
+        ("from operator import attrgetter\nimport torch\nm = attrgetter('sys')(torch)", "builtin"),
+        ("import functools, torch\nm = functools.reduce(getattr, ['sys', 'modules'], torch)", "builtin"),
+        ("import torch\ng = getattr\nm = g(torch, 'sys')", "builtin"),
         ("class A:\n    pass\nA.__init__ = None", "patch"),
         ("m = Model()", "reference"),
         ("s = '#include <thread>\\nvoid f() { std::thread t([]{}); t.join(); }'", "native"),
@@ -88,3 +96,7 @@ def test_import_error_fallback_is_allowed():
 def test_own_model_class_is_allowed():
     source = "import torch.nn as nn\nclass Model(nn.Module):\n    pass\nclass ModelNew(Model):\n    pass\n"
     assert check_candidate(source) == []
+
+
+def test_constant_getattr_of_ordinary_attributes_is_allowed():
+    assert check_candidate("import torch\nd = getattr(torch, 'float32')\nok = hasattr(torch, 'cuda')\n") == []

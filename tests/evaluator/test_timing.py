@@ -3,6 +3,8 @@ alternating order, so that a slow spell of the machine weighs on both alike."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from services.worker.evaluator.timing import Timer
@@ -20,14 +22,14 @@ def test_a_pair_is_timed_interleaved_in_alternating_order():
 
 
 def _slowing_down_after(n_calls: int):
-    """The same work every call, but the machine is four times slower after ``n_calls`` calls."""
-    work = torch.randn(256, 256)
+    """The same work every call, but the machine is four times slower after ``n_calls`` calls.
+    The work waits rather than computes, so that other load on the test machine (CI shares its
+    two cores) does not drown the slowdown in noise."""
     count = {"calls": 0}
 
     def same_work() -> None:
         count["calls"] += 1
-        for _ in range(1 if count["calls"] <= n_calls else 4):
-            work @ work
+        time.sleep(0.002 if count["calls"] <= n_calls else 0.008)
 
     return same_work
 

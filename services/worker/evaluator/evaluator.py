@@ -1,16 +1,21 @@
 """The evaluator: is a candidate correct on every rank, and how fast is it against the reference?
 
-Protocol for one candidate (``docs/evaluator.md`` has the reasoning):
+Protocol for one candidate (``docs/evaluator.md`` has the reasoning, ``docs/reliability.md`` the
+boundaries; ``judge.py`` the pools and the timing):
 
-1. Static checks (file format, ``check_candidate``) in this process; nothing runs yet.
-2. ``prepare``: every rank builds the reference, runs it on ``trials + 1`` fresh seeded inputs
-   and times it, before any candidate code is imported; outputs come back here.
-3. ``load_candidate``; then each correctness trial: the ranks regenerate the same inputs, run the
-   candidate and send its outputs back; this process compares them with the reference's.
-4. Timing of the candidate; then one more trial on new inputs (catches caching and lazy work);
-   then the reference is timed again to detect drift.
-5. Any failure that can leave a rank unusable (a crash, a hang, a tampered process, a failed CUDA
-   graph capture) kills the pool; the next evaluation starts a fresh one.
+1. Static checks (file format; ``check_candidate`` unless ``EvalSettings.static_check`` is off)
+   in this process; nothing runs yet.
+2. The reference ranks build the reference and run it on the first trial's fresh inputs; their
+   peak memory sets the candidate's share of the device-memory limit; the candidate ranks (other
+   processes) load the candidate.
+3. Each correctness trial, in lockstep: the reference ranks draw new inputs and run the
+   reference; the candidate ranks get the inputs and run the candidate; the reference ranks
+   compare its outputs with theirs (tolerance per dtype, plus the fp32 norm-wise bound).
+4. Interleaved timing, each side stopped while the other is timed, with the candidate's clock
+   checked against this process's; then one more trial on new inputs.
+5. A call that is not the first of its side must end within max(hang_floor_s, hang_factor x the
+   reference's call time); a first call that uses no CPU for stall_s is a deadlock. Any failure
+   that can leave a rank unusable kills both pools; the next evaluation starts fresh ones.
 """
 
 from __future__ import annotations
@@ -24,41 +29,26 @@ from pathlib import Path
 from kloom.roofline import RooflineTerms, detect_profile, estimate, load_profile
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload, read_source
 
-from .compare import compare_rank, resolve_tolerance, tolerance_to_names
-from .pool import PoolFailure, RankPool, Replies
-from .records import (
-    POOL_KILLING,
-    BaselineResult,
-    ErrorInfo,
-    EvalResult,
-    TimeStats,
-    TimingRecord,
-    TrialRecord,
-)
+from . import precision
+from .judge import JudgePools, Stop, replies_value, stats
+from .pool import PoolFailure, Replies
+from .records import EVALUATOR_VERSION, BaselineResult, ErrorInfo, EvalResult
 from .settings import EvalSettings
 from .static_check import check_candidate
 
 _COMPILE_ERROR_TYPES = {"CompilationError", "CompileError", "BackendCompilerFailed", "InductorError"}
 
 
-class _Stop(Exception):
-    """Ends an evaluation early with a finished result."""
-
-    def __init__(self, status: str, error: ErrorInfo | None = None):
-        super().__init__(status)
-        self.status = status
-        self.error = error
-
-
 class Evaluator:
-    """Evaluates candidates on warm rank pools, one pool per world size."""
+    """Evaluates candidates on warm pairs of rank pools, one pair per world size."""
 
     def __init__(self, device: str = "cpu", settings: EvalSettings | None = None, devices: list[int] | None = None):
         self.device = device
         self.settings = settings or EvalSettings.for_device(device)
         self.devices = devices
-        self.pools: dict[int, RankPool] = {}
+        self.pools: dict[int, JudgePools] = {}
         self._ends_at: float | None = None  # monotonic end of the running evaluation's deadline
+        self._aborted: str | None = None  # why ``abort`` ended the call in flight
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -67,56 +57,71 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        for pool in self.pools.values():
-            pool.close()
+        for pools in self.pools.values():
+            pools.close()
         self.pools.clear()
 
-    def pool(self, world_size: int) -> RankPool:
-        """The warm pool for ``world_size``, started (or restarted) as needed."""
-        pool = self.pools.get(world_size)
-        if pool is None:
-            pool = self.pools[world_size] = RankPool(world_size, self.device, self.settings, self.devices)
-        if not pool.alive:
-            pool.start()
-        return pool
+    def abort(self, reason: str) -> None:
+        """From another thread: end the call in flight within seconds (its ranks are killed); it
+        returns ``stopped`` with ``reason``."""
+        self._aborted = reason
+        for pools in list(self.pools.values()):
+            pools.kill_now()
+
+    def _stopped(self, result) -> None:
+        if self._aborted is not None:
+            result.status, result.error = "stopped", ErrorInfo(kind="stopped", message=self._aborted)
+            self._aborted = None
+
+    def pool(self, world_size: int, candidate: bool = True) -> JudgePools:
+        """The warm pools for ``world_size``, started (or restarted) as needed."""
+        pools = self.pools.get(world_size)
+        if pools is None:
+            pools = self.pools[world_size] = JudgePools(world_size, self.device, self.settings, self.devices)
+        pools.start(candidate=candidate)
+        return pools
 
     # Public API --------------------------------------------------------------------------------
-    def evaluate(
-        self,
-        workload: str | os.PathLike,
-        candidate: str | os.PathLike | None = None,
-        *,
-        world_size: int,
-        candidate_source: str | None = None,
-        deadline_s: float | None = None,
-    ) -> EvalResult:
+    def evaluate(self, workload: str | os.PathLike, candidate: str | os.PathLike | None = None, *, world_size: int,
+                 candidate_source: str | None = None, deadline_s: float | None = None) -> EvalResult:
         """Judge one candidate (a file, or its source text) on ``workload`` at ``world_size``.
 
         ``deadline_s`` bounds the whole evaluation (a job's wall-time limit, say): every request to
         the ranks gets the smaller of its own limit and what is left, and an evaluation that runs
         out is a ``timeout`` that says so."""
-        result = EvalResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
+        result = EvalResult(status="correct", workload=str(workload), world_size=world_size, device=self.device,
+                            evaluator_version=EVALUATOR_VERSION)
         started = time.monotonic()
+        self._aborted = None
         self._ends_at = None if deadline_s is None else started + max(0.0, deadline_s)
-        ran = False  # whether workload or candidate code ran in the pool
+        ran = False  # whether workload or candidate code ran in the pools
+        reference_failed = False  # whether the reference's pool is the one that failed
         try:
-            info, source = self._static(workload, candidate, candidate_source, world_size, result)
+            info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
-                pool = self._start_pool(world_size)
-            result.environment = dict(pool.environment)
+                pools = self._start_pools(world_size)
+            result.environment = dict(pools.environment)
             ran = True
-            self._run(pool, info, source, result)
-        except _Stop as stop:
-            result.status = stop.status
-            result.error = stop.error
+            self._run(pools, info, source, level, result)
+        except Stop as stop:
+            result.status, result.error = stop.status, stop.error
+            reference_failed = stop.status in ("workload_error", "resource_limit")
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
+            reference_failed = failure.role != "candidate"
             if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
                 result.error.message += f" (this evaluation's deadline of {deadline_s:.0f} s ran out)"
         finally:
             self._ends_at = None
-            if ran and result.status in POOL_KILLING and world_size in self.pools:
-                self.pools[world_size].kill()
+            if ran and result.status != "correct" and world_size in self.pools:
+                # The candidate's pool goes after any candidate that was not judged correct (one
+                # that lost may have left its process patched for the next); the reference's only
+                # when it failed itself (nothing of a candidate ever runs in it).
+                pools = self.pools[world_size]
+                pools.candidate.kill()
+                if reference_failed or result.status in ("stopped", "workload_error") or not pools.reference.alive:
+                    pools.reference.kill()
+            self._stopped(result)
         result.compiled = result.status not in ("compile_error", "rejected", "workload_error") and result.compiled
         result.correct = result.status == "correct"
         result.phase_seconds["total"] = time.monotonic() - started
@@ -126,42 +131,35 @@ class Evaluator:
         """Time the reference alone (one correctness run for sanity, then the timing protocol)."""
         result = BaselineResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
         started = time.monotonic()
+        self._aborted = None
         try:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
             result.workload_sha256 = info.sha256
-            pool = self._start_pool(world_size)
-            result.environment = dict(pool.environment)
+            ref = self._start_pools(world_size, candidate=False).reference
+            result.environment = dict(ref.environment)
             seed = self._base_seed()
-            replies = pool.request(
-                "prepare",
-                {
-                    "workload_path": str(Path(workload).resolve()),
-                    "workload_sha": info.sha256,
-                    "shapes": self.settings.shapes,
-                    "init_seed": seed,
-                    "seeds": [seed + 1],
-                    "timing_seed": seed + 2,
-                    "timing": self._timing_args(),
-                },
-                timeout=self._prepare_timeout(1),
-            )
-            self._raise_errors(replies, "prepare", "workload_error")
-            result.times = [TimeStats.from_samples(replies.by_rank[r]["times"]) for r in range(world_size)]
+            load = ref.request("load", self._load_args(info, seed), timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
+            self._raise_errors(load, "prepare", "workload_error")
+            first = ref.request("run_trial", {"seed": seed + 1, "want_roofline": True}, timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
+            self._raise_errors(first, "prepare", "workload_error")
+            timed = ref.request("time_alone", {"timing": self._timing_args(), "seed": seed + 2, "restore": self._restore([first])},
+                                timeout=self._limit(self.settings.timing_timeout_s))
+            self._raise_errors(timed, "prepare", "workload_error")
+            result.times = stats({r: rep["times"] for r, rep in timed.by_rank.items()}, world_size)
             result.reference_ms = max(t.median_ms for t in result.times)
-            result.roofline = self._roofline(replies, pool, None, result.reference_ms)
-            pool.request("release", {"everything": True}, timeout=self.settings.call_timeout_s)
+            result.roofline = self._roofline(first, ref.environment, None, result.reference_ms)
+            ref.request("release", {"everything": True}, timeout=self.settings.call_timeout_s)
         except WorkloadError as exc:
-            result.status = "workload_error"
-            result.error = ErrorInfo(kind="workload_error", message=str(exc), phase="inspect")
-        except _Stop as stop:
-            result.status = stop.status
-            result.error = stop.error
+            result.status, result.error = "workload_error", ErrorInfo(kind="workload_error", message=str(exc), phase="inspect")
+        except Stop as stop:
+            result.status, result.error = stop.status, stop.error
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
         finally:
             if result.status != "correct" and world_size in self.pools:
                 self.pools[world_size].kill()
+            self._stopped(result)
         result.phase_seconds["total"] = time.monotonic() - started
         return result
 
@@ -176,15 +174,15 @@ class Evaluator:
 
     def _probe_split(self, world_size: int, seed: int) -> dict | None:
         """Row separability of the reference just analysed; a probe that fails or hangs means no."""
-        pool = self.pool(world_size)
+        ref = self.pool(world_size, candidate=False).reference
         tolerance = {k: tuple(v) for k, v in self.settings.tolerance.items()}
         try:
-            replies = pool.request("probe_split", {"seed": seed + 7, "chunks": 2, "tolerance": tolerance}, timeout=self.settings.call_timeout_s * 2)
+            replies = ref.request("probe_split", {"seed": seed + 7, "chunks": 2, "tolerance": tolerance}, timeout=self.settings.call_timeout_s * 2)
         except PoolFailure:
-            pool.kill()
+            ref.kill()
             return None
         if replies.errors() or replies.missing:
-            pool.kill()
+            ref.kill()
             return None
         splits = [replies.by_rank[r]["split"] for r in sorted(replies.by_rank)]
         return splits[0] if all(s == splits[0] for s in splits) else None
@@ -197,23 +195,15 @@ class Evaluator:
     def _reference_command(self, op: str, workload, world_size: int, seed: int) -> list[dict]:
         info = inspect_workload(workload)
         info.check_world_size(world_size)
-        pool = self._start_pool(world_size)
+        ref = self._start_pools(world_size, candidate=False).reference
         try:
-            replies = pool.request(
-                op,
-                {
-                    "workload_path": str(Path(workload).resolve()),
-                    "workload_sha": info.sha256,
-                    "shapes": self.settings.shapes,
-                    "init_seed": seed,
-                    "seed": seed + 1,
-                },
-                timeout=self._prepare_timeout(1),
-            )
+            args = {"workload_path": str(Path(workload).resolve()), "workload_sha": info.sha256, "shapes": self.settings.shapes,
+                    "init_seed": seed, "seed": seed + 1}
+            replies = ref.request(op, args, timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
             self._raise_errors(replies, "prepare", "workload_error")
-        except (_Stop, PoolFailure) as exc:
-            pool.kill()
-            detail = exc.error.message if isinstance(exc, _Stop) and exc.error else str(exc)
+        except (Stop, PoolFailure) as exc:
+            ref.kill()
+            detail = exc.error.message if isinstance(exc, Stop) and exc.error else str(exc)
             raise RuntimeError(f"{workload}: the reference failed at world size {world_size}: {detail}") from None
         return [replies.by_rank[r] for r in range(world_size)]
 
@@ -222,128 +212,35 @@ class Evaluator:
         try:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
-        except WorkloadError as exc:
-            raise _Stop("workload_error", ErrorInfo(kind="workload_error", message=str(exc), phase="inspect"))
+            level = precision.declared(info.path)
+        except (WorkloadError, precision.PrecisionError) as exc:
+            raise Stop("workload_error", ErrorInfo(kind="workload_error", message=str(exc), phase="inspect"))
         result.workload_sha256 = info.sha256
         label = str(candidate) if candidate is not None else "<candidate>"
         try:
             source = candidate_source if candidate_source is not None else read_source(candidate)
             cinfo = inspect_candidate(label, source)
         except WorkloadError as exc:
-            raise _Stop("compile_error", ErrorInfo(kind="compile_error", message=str(exc), phase="inspect"))
+            raise Stop("compile_error", ErrorInfo(kind="compile_error", message=str(exc), phase="inspect"))
         result.candidate_sha256 = cinfo.sha256
-        violations = check_candidate(source, label)
+        violations = check_candidate(source, label) if self.settings.static_check else []
         if violations:
             message = f"{label}: rejected by the static checker: " + "; ".join(str(v) for v in violations)
-            raise _Stop("rejected", ErrorInfo(kind="static_check", message=message, phase="static_check"))
-        return info, source
+            raise Stop("rejected", ErrorInfo(kind="static_check", message=message, phase="static_check"))
+        return info, source, level
 
-    def _start_pool(self, world_size: int) -> RankPool:
+    def _start_pools(self, world_size: int, candidate: bool = True) -> JudgePools:
         try:
-            return self.pool(world_size)
+            return self.pool(world_size, candidate=candidate)
         except PoolFailure as failure:
+            if self._aborted is not None:
+                raise  # stopped on purpose while starting: not the machine's fault
             raise EvaluatorUnavailable(f"could not start {world_size} rank processes on {self.device}: {failure}\n{failure.log_tail}") from failure
 
-    def _run(self, pool: RankPool, info, source: str, result: EvalResult) -> None:
-        s = self.settings
-        world = result.world_size
-        base = self._base_seed()
-        seeds = [base + 1 + k for k in range(s.trials + 1)]
-        result.seeds = seeds
-        cand_path = self._write_candidate(pool, source, result.candidate_sha256)
-        with self._phase(result, "reference"):
-            prep = pool.request(
-                "prepare",
-                {
-                    "workload_path": str(Path(info.path).resolve()),
-                    "workload_sha": info.sha256,
-                    "shapes": s.shapes,
-                    "init_seed": base,
-                    "seeds": seeds,
-                    "timing_seed": base + 10_000,
-                    "timing": self._timing_args(),
-                    "transfer_bytes": s.judge_transfer_bytes,
-                },
-                timeout=self._limit(self._prepare_timeout(len(seeds))),
-            )
-            self._raise_errors(prep, "prepare", "workload_error")
-        tolerance = resolve_tolerance(prep.by_rank[0].get("tolerance"), s.tolerance)
-        ref_times = [TimeStats.from_samples(prep.by_rank[r]["times"]) for r in range(world)]
+    def _run(self, pools: JudgePools, info, source: str, level: str, result: EvalResult) -> None:
+        from .judge_trials import Trials
 
-        with self._phase(result, "load"):
-            replies = pool.request(
-                "load_candidate",
-                {"path": cand_path, "init_seed": base, "tolerance": tolerance_to_names(tolerance)},
-                timeout=self._limit(s.load_timeout_s),
-            )
-            self._raise_errors(replies, "load_candidate", "compile_error")
-        result.compiled = True
-
-        for k in range(s.trials):
-            with self._phase(result, "correctness"):
-                if not self._trial(pool, prep, k, "correctness", tolerance, result):
-                    raise _Stop("incorrect")
-
-        which = "both" if s.interleave_timing else "candidate"
-        with self._phase(result, "timing"), self._gpu_sampler(pool, world) as sampler:
-            timing = pool.request("time", {"which": which, "timing": self._timing_args()}, timeout=self._limit(2 * s.timing_timeout_s))
-            self._raise_errors(timing, "time", "runtime_error")
-        if sampler is not None:
-            nvml = sampler.summary()
-            result.environment["nvml"] = nvml
-            result.flags.extend(f"gpu: {flag}" for flag in nvml.get("flags", []))
-        cand_times = [TimeStats.from_samples(timing.by_rank[r]["times"]) for r in range(world)]
-        alone = None
-        if s.interleave_timing:
-            # The reference timed beside the candidate is the one it is compared with; the timing
-            # taken before any candidate code was imported is kept to show drift.
-            alone, ref_times = ref_times, [TimeStats.from_samples(timing.by_rank[r]["reference_times"]) for r in range(world)]
-
-        with self._phase(result, "post_timing_check"):
-            if not self._trial(pool, prep, s.trials, "post_timing", tolerance, result):
-                result.flags.append("passed before timing but failed after it: caches results or computes lazily")
-                raise _Stop("incorrect")
-
-        after = None
-        if s.recheck_reference and not s.interleave_timing:
-            with self._phase(result, "reference_recheck"):
-                again = pool.request("time", {"which": "reference", "timing": self._timing_args()}, timeout=self._limit(s.timing_timeout_s))
-                self._raise_errors(again, "time", "runtime_error")
-                after = [TimeStats.from_samples(again.by_rank[r]["times"]) for r in range(world)]
-        released = pool.request("release", {"everything": True}, timeout=self._limit(s.call_timeout_s))
-        self._raise_errors(released, "release", "runtime_error")
-
-        ref_ms = max(t.median_ms for t in ref_times)
-        cand_ms = max(t.median_ms for t in cand_times)
-        result.timing = TimingRecord(
-            reference=ref_times,
-            candidate=cand_times,
-            reference_ms=ref_ms,
-            candidate_ms=cand_ms,
-            speedup=ref_ms / cand_ms if cand_ms > 0 else float("inf"),
-            reference_after=after,
-            reference_alone=alone,
-            interleaved=s.interleave_timing,
-            clock="cuda_events" if self.device == "cuda" else "wall",
-        )
-        result.roofline = self._roofline(prep, pool, cand_ms, ref_ms, result.flags)
-        self._flag(result)
-
-    def _trial(self, pool: RankPool, prep: Replies, k: int, phase: str, tolerance, result: EvalResult) -> bool:
-        # The first call may compile (torch.compile, Triton, CUDA graphs): it gets the load limit.
-        timeout = max(self.settings.call_timeout_s, self.settings.load_timeout_s) if k == 0 else self.settings.call_timeout_s
-        replies = pool.request("trial", {"k": k}, timeout=self._limit(timeout))
-        self._raise_errors(replies, "trial", "runtime_error")
-        record = TrialRecord(trial=k, seed=result.seeds[k], phase=phase, ok=True)
-        for rank in range(result.world_size):
-            got = replies.by_rank[rank]
-            check = compare_rank(rank, got, prep.by_rank[rank]["trials"][k], tolerance)
-            if got.get("aliases") and "output_aliases_input" not in result.flags:
-                result.flags.append("output_aliases_input")
-            record.ranks.append(check)
-            record.ok &= check.ok
-        result.trials.append(record)
-        return record.ok
+        Trials(self, pools, info, source, level, result).run()
 
     # Helpers -----------------------------------------------------------------------------------
     def _limit(self, timeout: float) -> float:
@@ -359,7 +256,7 @@ class Evaluator:
         violations = replies.violations()
         if violations:
             rank, text = violations[0]
-            raise _Stop("rejected", ErrorInfo(kind="integrity", message=f"rank {rank}: {text}", rank=rank, phase=op))
+            raise Stop("rejected", ErrorInfo(kind="integrity", message=f"rank {rank}: {text}", rank=rank, phase=op))
         errors = replies.errors()
         if not errors:
             return
@@ -367,31 +264,32 @@ class Evaluator:
         kind = status
         if err.get("workload_problem"):
             kind = "workload_error"
+        elif err.get("resource_limit"):
+            kind = "resource_limit"
         elif status == "runtime_error" and err.get("type") in _COMPILE_ERROR_TYPES:
             kind = "compile_error"
         message = err["message"]
-        if op == "prepare" and not err.get("workload_problem"):
+        if op == "prepare" and kind == "workload_error" and not err.get("workload_problem"):
             message = f"the reference failed: {message}"
+        elif kind == "resource_limit":
+            message = f"the evaluator's device-memory limit ({self.settings.device_memory_limit_bytes} bytes) was reached: {message}"
         others = [r for r, _ in errors[1:]]
         if others:
             message += f" (also failed on rank(s) {', '.join(map(str, others))})"
         if replies.missing:
             message += f"; rank(s) {', '.join(map(str, replies.missing))} stopped answering after that"
-        # Errors that leave ranks waiting in a collective, or the CUDA context broken, kill the pool.
         if replies.missing and kind == "compile_error":
-            kind = "runtime_error"
-        raise _Stop(kind, ErrorInfo(kind=err.get("type", kind), message=message, rank=rank, phase=op, traceback=err.get("traceback", "")))
+            kind = "runtime_error"  # ranks left waiting in a collective: the pool goes
+        raise Stop(kind, ErrorInfo(kind=err.get("type", kind), message=message, rank=rank, phase=op, traceback=err.get("traceback", "")))
 
-    def _roofline(self, prep: Replies, pool: RankPool, cand_ms, ref_ms, flags: list[str] | None = None):
-        """The floor of the slowest rank: each rank's terms give its own floor, and the step
-        cannot finish before the rank with the largest one."""
-        terms = [prep.by_rank[r].get("roofline") for r in sorted(prep.by_rank)]
-        terms = [t for t in terms if t]
+    def _roofline(self, first: Replies, environment: dict, cand_ms, ref_ms, flags: list[str] | None = None):
+        """The floor of the slowest rank: each rank's terms give its own floor."""
+        terms = [t for t in replies_value(first, "roofline", None) if t]
         if not terms:
             return None
         name = self.settings.hardware_profile
         if name == "auto":
-            name = detect_profile(pool.environment)
+            name = detect_profile(environment)
         try:
             profile = load_profile(name)
             records = [estimate(RooflineTerms.from_mapping(t), profile, cand_ms, ref_ms) for t in terms]
@@ -401,65 +299,25 @@ class Evaluator:
             return None
         return max(records, key=lambda r: r.floor_ms)
 
-    def _flag(self, result: EvalResult) -> None:
-        t = result.timing
-        s = self.settings
-        if t.speedup >= s.suspicious_speedup:
-            result.flags.append(f"suspiciously_fast: {t.speedup:.1f}x over the reference")
-        if result.roofline and result.roofline.floor_ms > 0 and t.candidate_ms < 0.9 * result.roofline.floor_ms:
-            result.flags.append("faster_than_roofline_floor: check the workload's roofline() or the candidate")
-        if t.reference_after:
-            again = max(x.median_ms for x in t.reference_after)
-            if abs(again - t.reference_ms) > 0.15 * t.reference_ms:
-                result.flags.append(f"reference_timing_drift: {t.reference_ms:.4g} ms before, {again:.4g} ms after the candidate")
-        if t.reference_alone:
-            alone = max(x.median_ms for x in t.reference_alone)
-            if abs(t.reference_ms - alone) > 0.15 * alone:
-                # The machine changed speed between the two, or (what the integrity checks are there
-                # to rule out) the candidate slows the reference down: a person should look.
-                result.flags.append(
-                    f"reference_timing_drift: {alone:.4g} ms alone before the candidate, {t.reference_ms:.4g} ms beside it"
-                )
-        if any(x.spread > 0.5 for x in t.candidate + t.reference):
-            result.flags.append("noisy_timing")
-
-    @contextmanager
-    def _gpu_sampler(self, pool: RankPool, world: int):
-        """NVML samples of the pool's GPUs while the candidate is timed (clocks, power, others'
-        processes); nothing on the CPU."""
-        if self.device != "cuda":
-            yield None
-            return
-        from services.worker.profiler.nvml import NvmlSampler
-
-        with NvmlSampler(pool.devices[:world], interval_s=0.05) as sampler:
-            yield sampler
-
     def _timing_args(self) -> dict:
         s = self.settings
-        return {
-            "warmup_iters": s.warmup_iters,
-            "min_iters": s.min_iters,
-            "max_iters": s.max_iters,
-            "budget_s": s.timing_budget_s,
-            "flush_bytes": s.flush_bytes,
-        }
+        return {"warmup_iters": s.warmup_iters, "min_iters": s.min_iters, "max_iters": s.max_iters,
+                "budget_s": s.timing_budget_s, "flush_bytes": s.flush_bytes}
 
-    def _prepare_timeout(self, n_trials: int) -> float:
+    def _load_args(self, info, seed: int) -> dict:
+        return {"workload_path": str(Path(info.path).resolve()), "workload_sha": info.sha256, "shapes": self.settings.shapes,
+                "init_seed": seed, "memory_limit": self.settings.device_memory_limit_bytes}
+
+    @staticmethod
+    def _restore(trials: list[Replies]) -> list[int]:
+        return sorted({i for t in trials for rep in t.by_rank.values() for i in rep.get("mutated", [])})
+
+    def _prepare_timeout(self) -> float:
         s = self.settings
-        return s.load_timeout_s + n_trials * s.call_timeout_s + s.timing_timeout_s
+        return self._limit(s.load_timeout_s + s.call_timeout_s)
 
     def _base_seed(self) -> int:
-        if self.settings.seed is not None:
-            return self.settings.seed
-        return secrets.randbits(30)
-
-    def _write_candidate(self, pool: RankPool, source: str, sha: str) -> str:
-        directory = Path(pool.workdir) / "candidates"
-        directory.mkdir(exist_ok=True)
-        path = directory / f"candidate_{sha[:16]}.py"
-        path.write_text(source)
-        return str(path)
+        return self.settings.seed if self.settings.seed is not None else secrets.randbits(30)
 
     @contextmanager
     def _phase(self, result: EvalResult, name: str):
@@ -478,3 +336,4 @@ def _pool_failure(failure: PoolFailure) -> tuple[str, ErrorInfo]:
 
 class EvaluatorUnavailable(RuntimeError):
     """The rank processes could not be started: a fault of the machine, not of the candidate."""
+

@@ -39,14 +39,19 @@ _WATCHED_MODULES = {
 _SKIP = {"reduce_op"}
 
 
-def _numeric_settings() -> dict[str, object]:
+#: The settings a workload's ``PRECISION`` lets a candidate change (``precision.py``).
+PRECISION_SETTINGS = ("float32_matmul_precision", "cudnn.allow_tf32", "cuda.matmul.allow_tf32",
+                      "cuda.matmul.allow_fp16_reduced_precision_reduction", "cuda.matmul.allow_bf16_reduced_precision_reduction")
+
+
+def numeric_settings() -> dict[str, object]:
     settings = {
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "default_dtype": torch.get_default_dtype(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "grad_enabled": torch.is_grad_enabled(),
-        # The reference is timed in the same process beside the candidate: a candidate that took
-        # its threads away would make it look slow.
+        # A candidate that changes its thread count changes its own speed only (the reference
+        # runs in other processes), but the judge compares like with like.
         "num_threads": torch.get_num_threads(),
         "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
         "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
@@ -126,7 +131,7 @@ def child_pids(pid: int | None = None) -> list[int]:
 @dataclass
 class Snapshot:
     identities: dict[str, int] = field(default_factory=_identities)
-    numerics: dict[str, object] = field(default_factory=_numeric_settings)
+    numerics: dict[str, object] = field(default_factory=numeric_settings)
     children: set[int] = field(default_factory=lambda: set(child_pids()))
 
     def violations(self) -> list[str]:
@@ -141,7 +146,7 @@ class Snapshot:
         if patched:
             shown = ", ".join(patched[:5]) + (" ..." if len(patched) > 5 else "")
             found.append(f"patched library functions: {shown}")
-        numerics = _numeric_settings()
+        numerics = numeric_settings()
         changed = sorted(k for k, v in self.numerics.items() if numerics[k] != v)
         if changed:
             found.append(f"changed process-wide numeric settings: {', '.join(changed)}")

@@ -24,6 +24,10 @@ from . import sandbox
 from .protocol import recv_reply, send_command
 from .settings import EvalSettings
 
+#: CPU seconds a waiting rank must use to count as making progress (``request(stall_s=...)``).
+STALL_CPU_S = 0.05
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
 #: After one rank reports an error, how long the others get to answer before they are taken
 #: as stuck (typically waiting in a collective for the rank that failed).
 ERROR_GRACE_S = 5.0
@@ -32,11 +36,12 @@ ERROR_GRACE_S = 5.0
 class PoolFailure(Exception):
     """The pool cannot go on: a rank died, or did not answer in time."""
 
-    def __init__(self, kind: str, message: str, rank: int | None = None, log_tail: str = ""):
+    def __init__(self, kind: str, message: str, rank: int | None = None, log_tail: str = "", role: str = ""):
         super().__init__(message)
         self.kind = kind  # "crashed" | "timeout" | "start"
         self.rank = rank
         self.log_tail = log_tail
+        self.role = role  # the pool's ("reference" or "candidate"), where known
 
 
 @dataclass
@@ -52,7 +57,10 @@ class Replies:
 
 
 class RankPool:
-    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None):
+    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None, role: str = "reference"):
+        if role not in ("reference", "candidate"):
+            raise ValueError(f"role must be 'reference' or 'candidate', not {role!r}")
+        self.role = role
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
         self.world_size = world_size
@@ -68,6 +76,8 @@ class RankPool:
         self.started_at = 0.0
         self.starts = 0
         self.isolation: sandbox.PoolIsolation | None = None
+        self.stopped = False
+        self._stopped_pids: list[int] = []
 
     # Life cycle -------------------------------------------------------------------------------
     @property
@@ -78,7 +88,7 @@ class RankPool:
         self.kill()
         self.starts += 1
         self.started_at = time.monotonic()
-        self.workdir = tempfile.mkdtemp(prefix="kloom-pool-")
+        self.workdir = tempfile.mkdtemp(prefix=f"kloom-pool-{self.role[:3]}-")
         os.chmod(self.workdir, 0o700)
         address = os.path.join(self.workdir, "pool.sock")
         authkey = secrets.token_bytes(32)
@@ -96,7 +106,7 @@ class RankPool:
         """Start every rank through the sandbox's launcher (``sandbox.py``), one at a time: rank 0
         makes the pool's network namespace, which the others join."""
         try:
-            self.isolation = sandbox.PoolIsolation(self.settings, self.world_size, self.device, self.workdir)
+            self.isolation = sandbox.PoolIsolation(self.settings, self.world_size, self.device, self.workdir, role=self.role)
             self.isolation.prepare(address)
         except (sandbox.SandboxError, OSError) as exc:
             raise PoolFailure("start", f"cannot set up the ranks' sandbox: {exc}") from exc
@@ -105,6 +115,7 @@ class RankPool:
             env = sandbox.rank_environment(
                 self.workdir,
                 {
+                    "KLOOM_ROLE": self.role,
                     "KLOOM_RANK": str(rank),
                     "KLOOM_WORLD_SIZE": str(self.world_size),
                     "KLOOM_DEVICE_KIND": self.device,
@@ -183,6 +194,7 @@ class RankPool:
 
     def close(self, grace_s: float = 5.0) -> None:
         """Ask the ranks to exit, then kill what is left."""
+        self.resume()
         for conn in self.conns.values():
             try:
                 send_command(conn, {"op": "exit"})
@@ -198,6 +210,7 @@ class RankPool:
 
     def kill(self) -> None:
         """Kill every rank and everything it started; remove the private directory."""
+        self.stopped = False
         if self.isolation is not None:
             # The pool's cgroup holds what left the process groups too.
             self.isolation.release()
@@ -219,28 +232,91 @@ class RankPool:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
+    # Stopping and watching from outside ---------------------------------------------------
+    def processes(self, ranks: list[int] | None = None) -> list[int]:
+        """The pool's live processes (those of ``ranks`` only, when given): each launcher and its
+        descendants, and everything in the pool's cgroup."""
+        pids: set[int] = set()
+        for rank, proc in enumerate(self.procs):
+            if (ranks is None or rank in ranks) and proc.poll() is None:
+                pids.add(proc.pid)
+                pids.update(descendants(proc.pid))
+        if ranks is None and self.isolation is not None and self.isolation.cgroup is not None:
+            pids.update(self.isolation.cgroup.pids())
+        return sorted(pids)
+
+    def _signal(self, sig: int, pids: list[int]) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def stop(self) -> float:
+        """Stop every process of the pool (SIGSTOP: nothing of it runs until ``resume``); returns
+        their CPU time at the stop, to check afterwards (``stopped_cpu_seconds``) that nothing ran."""
+        if not self.stopped:
+            self._stopped_pids = self.processes()
+            self._signal(signal.SIGSTOP, self._stopped_pids)
+            self.stopped = True
+        return self.stopped_cpu_seconds()
+
+    def stopped_cpu_seconds(self) -> float:
+        """CPU time of the processes found at the last stop (a process started since then was
+        started while the pool ran: it is stopped too, by its process group or the next stop)."""
+        return sum(process_cpu_seconds(pid) for pid in self._stopped_pids)
+
+    def resume(self) -> None:
+        if self.stopped:
+            self._signal(signal.SIGCONT, self._stopped_pids)
+            self.stopped = False
+
+    def cpu_seconds(self, ranks: list[int] | None = None) -> float:
+        """CPU time used so far by the pool's processes (of ``ranks``, when given)."""
+        return sum(process_cpu_seconds(pid) for pid in self.processes(ranks))
+
     # Requests ---------------------------------------------------------------------------------
-    def request(self, op: str, args: dict | None = None, *, timeout: float, per_rank: dict[int, dict] | None = None) -> Replies:
+    def request(self, op: str, args: dict | None = None, *, timeout: float, per_rank: dict[int, dict] | None = None,
+                stall_s: float | None = None) -> Replies:
         """Send one command to every rank and gather the replies within ``timeout`` seconds.
 
         Raises ``PoolFailure`` when a rank dies, or when no rank reported an error and some did
-        not answer in time. When a rank reports an error and others then stay silent, the
-        silent ones are listed in ``missing`` (they are stuck waiting for the failed rank).
+        not answer in time, or (``stall_s``) when the ranks still working used no CPU time for
+        ``stall_s`` seconds: a deadlock, which need not wait out a long limit. When a rank reports
+        an error and others then stay silent, the silent ones are listed in ``missing`` (they are
+        stuck waiting for the failed rank).
         """
         if not self.alive:
-            raise PoolFailure("crashed", "the rank pool is not running")
+            raise PoolFailure("crashed", f"the {self.role}'s rank pool is not running", role=self.role)
+        try:
+            return self._request(op, args, timeout, per_rank, stall_s)
+        except PoolFailure as failure:
+            failure.role = self.role
+            raise
+
+    def _request(self, op: str, args: dict | None, timeout: float, per_rank: dict[int, dict] | None, stall_s: float | None) -> Replies:
+        self.resume()
         for rank, conn in self.conns.items():
             payload = dict(args or {})
             if per_rank and rank in per_rank:
                 payload.update(per_rank[rank])
             send_command(conn, {"op": op, "args": payload})
         replies = Replies()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         waiting = {conn: rank for rank, conn in self.conns.items()}
+        progress = (started, None)  # when the waiting ranks' CPU time last moved, and its value
         while waiting:
             now = time.monotonic()
             if now >= deadline:
                 break
+            if stall_s and now - started >= 1.0:
+                progress = self._check_stall(progress, sorted(waiting.values()), op, stall_s, now)
             for conn in wait(list(waiting), timeout=min(0.2, deadline - now)):
                 rank = waiting.pop(conn)
                 try:
@@ -263,6 +339,17 @@ class RankPool:
                 self._log_tail(replies.missing[0]),
             )
         return replies
+
+    def _check_stall(self, progress, ranks: list[int], op: str, stall_s: float, now: float):
+        since, last = progress
+        used = self.cpu_seconds(ranks)
+        if last is None or used - last > STALL_CPU_S:
+            return now, used
+        if now - since >= stall_s:
+            names = ", ".join(map(str, ranks))
+            raise PoolFailure("timeout", f"rank(s) {names} did not finish {op}: no progress (no CPU time used) for "
+                              f"{now - since:.0f} s", ranks[0], self._log_tail(ranks[0]))
+        return since, last
 
     # Diagnostics ------------------------------------------------------------------------------
     def _raise_if_dead(self, ranks: set[int], phase: str, wait_s: float = 0.0) -> None:
@@ -295,3 +382,26 @@ class RankPool:
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``."""
+    from .integrity import child_pids
+
+    found, todo = [], [pid]
+    while todo:
+        for child in child_pids(todo.pop()):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time of ``pid`` (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS

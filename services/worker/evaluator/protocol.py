@@ -1,15 +1,13 @@
 """Messages between the pool and its ranks.
 
-Commands go down as ordinary pickles (the pool is trusted). Replies come up through
-``torch.save`` and are read with ``torch.load(weights_only=True)``, whose restricted unpickler
-accepts tensors and plain data only: a rank runs untrusted code, and an ordinary pickle from it
-could run code in the pool's process.
+Commands and replies both travel through ``torch.save`` and are read with
+``torch.load(weights_only=True)``, whose restricted unpickler accepts tensors and plain data only:
+a rank runs untrusted code, and an ordinary pickle from it could run code in the judge's process.
 """
 
 from __future__ import annotations
 
 import io
-import pickle
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -17,11 +15,15 @@ import torch
 
 
 def send_command(conn: Connection, message: dict[str, Any]) -> None:
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    # Through torch.save too: commands carry tensors (a trial's inputs, the candidate's outputs),
+    # of every dtype (an ordinary pickle of a float8 tensor does not load again).
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    conn.send_bytes(buffer.getbuffer())
 
 
 def recv_command(conn: Connection) -> dict[str, Any]:
-    return pickle.loads(conn.recv_bytes())
+    return torch.load(io.BytesIO(conn.recv_bytes()), weights_only=True, map_location="cpu")
 
 
 def send_reply(conn: Connection, message: dict[str, Any]) -> None:

@@ -22,10 +22,19 @@ Status = Literal[
     "timeout",
     "rejected",
     "workload_error",
+    # The evaluator's device-memory limit leaves no room for the reference, the candidate and
+    # one copy of the outputs (the numbers in the error): not the workload's fault.
+    "resource_limit",
+    # Ended from outside (``Evaluator.abort``: a cancel or a job's wall-time limit).
+    "stopped",
 ]
 #: Statuses after which the rank processes cannot be trusted and are rebuilt.
-POOL_KILLING = frozenset({"runtime_error", "crashed", "timeout", "rejected", "workload_error"})
+POOL_KILLING = frozenset({"runtime_error", "crashed", "timeout", "rejected", "workload_error", "resource_limit", "stopped"})
 RECORD_VERSION = 1
+#: The judge that wrote a record: "1" ran the candidate in the reference's process; "2" keeps
+#: them in separate pools, compares on the reference's side and checks the candidate's clock
+#: against its own (``kb/admission`` stores it with every kept kernel).
+EVALUATOR_VERSION = "2"
 
 
 @dataclass
@@ -111,6 +120,41 @@ class TimingRecord:
     reference_alone: list[TimeStats] | None = None
     interleaved: bool = False
     clock: Literal["cuda_events", "wall"] = "wall"
+    #: 95% interval of ``speedup`` from the interleaved samples (``kloom.speedup.paired_interval``);
+    #: None where it was not computed (reports then estimate one from the statistics above).
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    #: The candidate's own clock checked against the judge's (``None`` for the reference alone).
+    clock_check: "ClockCheck | None" = None
+
+
+@dataclass
+class ClockCheck:
+    """Each side's timed blocks, measured from the judge process too: the wall time of a block
+    minus the time the side's own clock reported is that side's overhead (flush, barrier, the
+    round trip); the candidate's may exceed the reference's by at most ``allowed_ms``."""
+
+    blocks: int
+    calls_per_block: int
+    reference_block_ms: float  # medians over the blocks, judge's wall clock
+    candidate_block_ms: float
+    reference_unaccounted_ms: float  # least (wall - reported) over the blocks
+    candidate_unaccounted_ms: float
+    allowed_ms: float
+    ok: bool
+
+
+@dataclass
+class MemoryRecord:
+    """Peak device memory (bytes) per side, the largest over ranks: CUDA allocator peaks, or on
+    the CPU the bytes of live tensors each rank accounted."""
+
+    limit_bytes: int
+    reference_peak_bytes: int
+    candidate_peak_bytes: int
+    output_bytes: int
+    #: Reference + candidate: at most what the two processes of one rank held at once.
+    evaluator_peak_bytes: int
 
 
 @dataclass
@@ -133,6 +177,10 @@ class EvalResult:
     flags: list[str] = field(default_factory=list)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryRecord | None = None
+    #: Which judge wrote the record; a record read back without one was written by version "1"
+    #: (the evaluator sets ``EVALUATOR_VERSION`` on every record it makes).
+    evaluator_version: str = "1"
     version: int = RECORD_VERSION
 
     @property

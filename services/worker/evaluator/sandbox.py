@@ -1,33 +1,35 @@
-"""What a rank process may see and use: a scrubbed environment, a private working directory,
-resource limits and, where the platform allows, a network, mount and process-count boundary of
+"""What a rank process may see and use: a scrubbed environment, a private working directory, its
+own view of the filesystem (read-only, the service's data hidden), resource limits, an
+unprivileged user and, where the platform allows, network, IPC and pid namespaces and a cgroup of
 its pool. ``docs/reliability.md`` lists what is enforced where, and what is not.
 
-The pool starts every rank through this file, run as a script (``python sandbox.py PLAN -- CMD``):
-the launcher applies the plan (cgroups, namespaces, limits, user, capabilities) as the last step
-before it ``exec``s the rank, and reports on a pipe whether it could, so that a platform that
-refuses a step fails the pool's start with the reason. Run as a script it imports the standard
-library only (the package's ``__init__`` imports torch).
+``PoolIsolation`` plans one pool's sandbox in the pool's process; the pool starts every rank
+through ``sandbox_launcher.py`` (run as a script), which applies the plan and ``exec``s the rank.
+Standard library only.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import pwd
-import resource
+import re
 import secrets
-import signal
-import socket
-import struct
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
+
+from . import sandbox_launcher, sandbox_view
+from .sandbox_cgroup import PoolCgroup, cgroup_controllers, owner_alive
+from .sandbox_launcher import HIDDEN_PATHS, KEPT_CAPABILITIES, Plan, SandboxError
+
+#: The script every rank is started through.
+LAUNCHER = os.path.abspath(sandbox_launcher.__file__)
+
+__all__ = ["HIDDEN_PATHS", "KEPT_CAPABILITIES", "LAUNCHER", "PoolCgroup", "PoolIsolation", "Plan", "SandboxError", "for_service", "platform", "rank_environment"]
 
 #: Environment variables a rank inherits; everything else (API keys, database URLs, LLM
 #: credentials) stays behind.
@@ -47,23 +49,12 @@ _FORCED = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-#: Directories covered by an empty read-only tmpfs in the ranks' mount namespace: the cgroup
-#: tree (a root rank could move itself out of its pool's cgroup) and /run, where local services
-#: keep their Unix sockets (PostgreSQL, Docker), which a network namespace does not cut.
-HIDDEN_PATHS = ("/sys/fs/cgroup", "/run")
-#: Capabilities a rank that stays root keeps (pinned host memory, thread priorities); without
-#: the others it cannot leave its namespaces, raise its limits or read other processes' memory.
-KEPT_CAPABILITIES = frozenset({14, 23})  # CAP_IPC_LOCK, CAP_SYS_NICE
+#: Temporary directories: other pools' directories and other jobs' workloads live there. Covered
+#: for a service's ranks (``EvalSettings.private_tmp``); the rank's own directory shows through.
+SCRATCH_PATHS = ("/tmp", "/var/tmp")
 #: The user the service runs ranks as when its worker is root (``EvalSettings.rank_user``).
 SERVICE_RANK_USER = "nobody"
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 0x4000, 1 << 18
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
 # The rank's environment ------------------------------------------------------------------------
@@ -80,27 +71,27 @@ def rank_environment(workdir: str, extra: dict[str, str], cache_dir: str | None 
     env.update(_FORCED)
     env["HOME"] = workdir
     env["TMPDIR"] = workdir
-    # Compiler caches outlive a pool, so that a rebuilt pool does not compile everything again.
+    # Compiler caches outlive a pool, so that a rebuilt pool does not compile everything again;
+    # always these (the only writable ones in a rank's view), whatever the host's variables say.
     cache = cache_dir or compiler_cache_dir()
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
-    env.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
-    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(cache, "extensions"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+    env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    env["TORCH_EXTENSIONS_DIR"] = os.path.join(cache, "extensions")
     env.update(extra)
     return env
 
 
-def compiler_cache_dir(uid: int | None = None) -> str:
-    """The compiler caches of ranks running as ``uid`` (default: this process's user)."""
-    base = os.environ.get("KLOOM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kloom")
-    if uid is None or uid == os.geteuid():
-        os.makedirs(base, exist_ok=True)
-        return base
-    # Another user's caches: a directory of its own, under a base that user can reach.
-    if not os.environ.get("KLOOM_CACHE_DIR"):
-        base = tempfile.gettempdir()
-    path = os.path.join(base, f"kloom-cache-{uid}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chown(path, uid, -1)
+def compiler_cache_dir(uid: int | None = None, scope: list[str] | None = None) -> str:
+    """The compiler caches of ranks running as ``uid`` (default: this process's user), in a
+    directory of their ``scope`` (say, the job's owner and the pool's role) when one is given."""
+    own = uid is None or uid == os.geteuid()
+    base = os.environ.get("KLOOM_CACHE_DIR") or (os.path.join(os.path.expanduser("~"), ".cache", "kloom") if own else tempfile.gettempdir())
+    path = base if own else os.path.join(base, f"kloom-cache-{uid}")
+    for part in [""] + [re.sub(r"[^A-Za-z0-9_.-]", "_", s)[:80] for s in scope or [] if s]:
+        path = os.path.join(path, part) if part else path
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        if not own:
+            os.chown(path, uid, -1)
     return path
 
 
@@ -116,10 +107,16 @@ class Platform:
     root: bool
     #: A network namespace of the pool's own (as root; otherwise inside a user namespace).
     netns: bool
-    #: Mount namespaces (hiding ``HIDDEN_PATHS``), under the same conditions.
+    #: Mount namespaces, under the same conditions.
     mountns: bool
     #: cgroup controllers this process may make child groups of: ``{"pids": dir, "memory": dir}``.
     cgroups: dict[str, str] = field(default_factory=dict)
+    #: A view of the filesystem per rank (``open_tree``/``move_mount``, Linux 5.2+).
+    view: bool = False
+    #: ``mount_setattr`` (Linux 5.12+) makes the view read-only in one call.
+    mount_setattr: bool = False
+    #: A pid namespace per pool with a /proc of its own.
+    pidns: bool = False
 
 
 _platform: Platform | None = None
@@ -131,7 +128,7 @@ def platform() -> Platform:
     if _platform is None:
         try:
             out = subprocess.run(
-                [python_executable(), os.path.abspath(__file__), "--probe"],
+                [python_executable(), LAUNCHER, "--probe"],
                 capture_output=True, text=True, timeout=30, env={"PATH": os.environ.get("PATH", "")},
             )
             found = json.loads(out.stdout or "{}")
@@ -139,116 +136,73 @@ def platform() -> Platform:
             found = {}
         _platform = Platform(
             root=os.geteuid() == 0,
-            netns=bool(found.get("netns")),
-            mountns=bool(found.get("mountns")),
-            cgroups=_cgroup_controllers() if os.geteuid() == 0 else {},
+            cgroups=cgroup_controllers() if os.geteuid() == 0 else {},
+            **{name: bool(found.get(name)) for name in ("netns", "mountns", "view", "mount_setattr", "pidns")},
         )
     return _platform
 
 
-def _probe() -> dict[str, bool]:
-    """In a throw-away process: can it make the namespaces a pool uses?"""
-    found = {"netns": False, "mountns": False}
-    try:
-        if os.geteuid() != 0:
-            _enter_user_namespace()
-        _unshare(_CLONE_NEWNET)
-        _loopback_up()
-        found["netns"] = True
-        _unshare(_CLONE_NEWNS)
-        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-        for path in HIDDEN_PATHS:  # in this throw-away process's own mount namespace
-            if os.path.isdir(path):
-                _hide(path)
-        found["mountns"] = True
-    except OSError:
-        pass
-    return found
-
-
-def _cgroup_controllers() -> dict[str, str]:
-    """For each of pids and memory: the directory of this process's own group, if writable."""
-    own: dict[str, str] = {}
-    try:
-        with open("/proc/self/cgroup") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return {}
-    unified = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        for name in ("pids", "memory"):
-            if unified and controllers == "":
-                directory = "/sys/fs/cgroup" + path
-            elif name in controllers.split(","):
-                directory = f"/sys/fs/cgroup/{name}{path}"
-            else:
-                continue
-            if os.access(directory, os.W_OK):
-                own.setdefault(name, directory.rstrip("/"))
-    return own
-
-
 # One pool's isolation --------------------------------------------------------------------------
-class SandboxError(RuntimeError):
-    """A rank's sandbox could not be set up (the launcher's report, or a missing user)."""
-
-
-@dataclass
-class Plan:
-    """What the launcher applies to one rank before it becomes the rank (JSON on its command line)."""
-
-    status_fd: int
-    memory_bytes: int = 0
-    open_files: int = 0
-    cpu_seconds: int = 0
-    processes: int = 0
-    cgroups: list[str] = field(default_factory=list)
-    #: ``"new"``: make the pool's network namespace; a ``/proc/<pid>/ns`` directory: join it.
-    netns: str = ""
-    hide: list[str] = field(default_factory=list)
-    #: Directories made read-only (kloom's code and the interpreter, for a rank that stays root).
-    readonly: list[str] = field(default_factory=list)
-    uid: int | None = None
-    gid: int | None = None
-    #: The pool's process: the rank is killed when it dies (and not started once it has).
-    parent: int = 0
-
-
 class PoolIsolation:
-    """The sandbox of one rank pool: builds each rank's launch command, holds the pool's cgroup,
-    and releases it (killing whatever is left in it) when the pool is killed."""
+    """The sandbox of one rank pool: builds each rank's launch command, holds the pool's cgroup
+    and shared-memory directory, and releases them (killing whatever is left in the cgroup) when
+    the pool is killed. ``role`` (say ``reference`` or ``candidate``) gives the pool compiler caches
+    apart from other roles' of the same scope."""
 
-    def __init__(self, settings, world_size: int, device: str, workdir: str):
+    def __init__(self, settings, world_size: int, device: str, workdir: str, *, role: str = ""):
         self.settings = settings
         self.world_size = world_size
         self.device = device
         self.workdir = workdir
+        self.role = role
         self.platform = platform()
-        self.user = _rank_user(settings.rank_user) if self.platform.root else None
+        # With a view of its own, the rank user needs no way to the interpreter on the host.
+        self.viewed = self.platform.mountns and self.platform.view
+        self.user = _rank_user(settings.rank_user, check=not self.viewed) if self.platform.root else None
         self.network = bool(settings.isolate_network) and self.platform.netns
-        self.hide = self._hidden_paths() if self.network and self.platform.mountns else []
-        # A rank that stays root owns kloom's files: it could rewrite the evaluator for later runs.
-        self.readonly = _code_paths() if self.hide and self.platform.root and self.user is None else []
+        self.namespaces = (["net", "ipc"] if self.network else []) + (["pid"] if self.platform.pidns and self.viewed else [])
         self.cgroup = PoolCgroup.create(self.platform.cgroups, self._pids_max(), self._memory_max())
-        self.netns_dir = ""
+        self.shm_dir = ""
+        self.view: sandbox_view.View | None = None
+        self.ns_dir = ""
 
     # Launch ------------------------------------------------------------------------------------
     def prepare(self, socket_path: str) -> None:
-        """Protect this process from its ranks; hand the private directory (and the pool's
-        socket in it) to the rank user."""
+        """Protect this process from its ranks; make the pool's shared-memory directory; hand the
+        private directory (and the pool's socket in it) to the rank user; plan the ranks' view."""
         protect_process()
+        uid, gid = (self.user.pw_uid, self.user.pw_gid) if self.user else (os.geteuid(), os.getegid())
         if self.user is not None:
-            os.chown(self.workdir, self.user.pw_uid, self.user.pw_gid)
+            os.chown(self.workdir, uid, gid)
             os.chmod(socket_path, 0o660)
-            os.chown(socket_path, -1, self.user.pw_gid)
+            os.chown(socket_path, -1, gid)
+        if self.viewed:
+            self.shm_dir = _pool_shm_dir(uid, gid)
+            s = self.settings
+            essentials = _code_paths()
+            readable = essentials + list(s.readable_paths) + [p for p in sys.path if os.path.isabs(p)]
+            hidden = list(HIDDEN_PATHS) + list(s.hidden_paths)
+            # What lies in the service's data stays hidden, unless the rank cannot run without it.
+            readable = [p for p in readable if p in essentials or p in s.readable_paths or not _within_any(p, hidden)]
+            self.view = sandbox_view.plan_view(
+                uid=uid, gid=gid, hide=hidden, scratch=list(SCRATCH_PATHS) + [tempfile.gettempdir()] if s.private_tmp else [],
+                readable=readable, writable=[self.workdir, self.cache_dir()], shm=self.shm_dir,
+                proc="pid" in self.namespaces, readonly="setattr" if self.platform.mount_setattr else "remount",
+                cwd=os.path.realpath(self.workdir),
+            )
 
     def cache_dir(self) -> str:
-        return compiler_cache_dir(self.user.pw_uid if self.user else None)
+        return compiler_cache_dir(self.user.pw_uid if self.user else None, [self.settings.cache_scope, self.role])
 
     def command(self, rank: int, status_fd: int, argv: list[str]) -> list[str]:
         """The launcher's command line that starts rank ``rank`` as ``argv``."""
         s = self.settings
+        unprivileged_view = self.view is not None and not self.platform.root
+        pool_ns = ""
+        if self.namespaces or unprivileged_view:
+            pool_ns = "new" if rank == 0 else self.ns_dir
+            if rank > 0 and not self.ns_dir:
+                raise SandboxError("rank 0 has not made the pool's namespaces")
         plan = Plan(
             status_fd=status_fd,
             # The CUDA driver reserves far more address space than it uses: no RLIMIT_AS there.
@@ -257,30 +211,32 @@ class PoolIsolation:
             cpu_seconds=s.rank_cpu_seconds,
             processes=self._pids_max(),
             cgroups=self.cgroup.directories if self.cgroup else [],
-            netns=("new" if rank == 0 else self.netns_dir) if self.network else "",
-            hide=list(self.hide),
-            readonly=list(self.readonly),
+            pool_ns=pool_ns,
+            namespaces=list(self.namespaces),
+            view=dataclasses.asdict(self.view) if self.view is not None else None,
             uid=self.user.pw_uid if self.user else None,
             gid=self.user.pw_gid if self.user else None,
             parent=os.getpid(),
         )
-        if self.network and rank > 0 and not self.netns_dir:
-            raise SandboxError("rank 0 has not made the pool's network namespace")
-        return [python_executable(), os.path.abspath(__file__), json.dumps(dataclasses.asdict(plan)), "--", *argv]
+        return [python_executable(), LAUNCHER, json.dumps(dataclasses.asdict(plan)), "--", *argv]
 
     def started(self, rank: int, pid: int, status_read_fd: int, timeout_s: float) -> None:
         """Wait for rank ``rank``'s launcher to report; raises ``SandboxError`` with its reason."""
         report = _read_report(status_read_fd, timeout_s)
         if report != "ok":
             raise SandboxError(f"rank {rank}'s sandbox: {report or 'the launcher exited without a report'}")
-        if rank == 0 and self.network:
-            self.netns_dir = f"/proc/{pid}/ns"
+        if rank == 0:
+            self.ns_dir = f"/proc/{pid}/ns"
 
     def release(self) -> None:
-        """Kill every process left in the pool's cgroup (those that left the process group too)."""
+        """Kill every process left in the pool's cgroup (those that left the process group too);
+        remove the pool's shared memory."""
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
+        if self.shm_dir:
+            shutil.rmtree(self.shm_dir, ignore_errors=True)
+            self.shm_dir = ""
 
     # What is enforced --------------------------------------------------------------------------
     def enforced(self) -> dict[str, str]:
@@ -288,14 +244,22 @@ class PoolIsolation:
         s = self.settings
         cg = self.cgroup
         as_root = self.platform.root and self.user is None
+        view = self.view
+        scope = [p for p in (s.cache_scope, self.role) if p]
         return {
             "environment": "scrubbed: passed names only, no credentials",
             "working_directory": "private (mode 700)" + (f", owned by {self.user.pw_name}" if self.user else ""),
             "user": self.user.pw_name if self.user else pwd.getpwuid(os.geteuid()).pw_name,
             "capabilities": "none (unprivileged)" if not as_root else "root without CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_SYS_RESOURCE, CAP_DAC_OVERRIDE, ... (bounding set)",
             "network": "own namespace with loopback only" if self.network else "not isolated: " + ("isolate_network is off" if not s.isolate_network else "no namespaces on this platform"),
-            "hidden_paths": ", ".join(self.hide) or "none",
-            "read_only_paths": ", ".join(self.readonly) or ("none needed (unprivileged)" if not as_root else "none"),
+            "filesystem": (
+                "read-only; writable: its own directory, the pool's /dev/shm, its compiler caches" if view else
+                "the host's (no mount namespaces with open_tree on this platform)"
+            ),
+            "hidden_paths": ", ".join(view.hide) if view else "none",
+            "covered_paths": ", ".join(view.cover) if view else "none",
+            "processes_visible": "its pool's only (pid namespace, own /proc)" if "pid" in self.namespaces else "all of the host's (no pid namespace)",
+            "compiler_caches": f"{self.cache_dir()} ({'scope ' + '/'.join(scope) if scope else 'shared by every pool of this user'})",
             "processes": (f"pids cgroup, {cg.pids_max} per pool" if cg and cg.pids_max else
                           f"RLIMIT_NPROC {self._pids_max()} per user" if not as_root and s.rank_processes else "not limited (root ignores RLIMIT_NPROC)"),
             "memory": ", ".join(filter(None, [
@@ -305,12 +269,6 @@ class PoolIsolation:
             "open_files": f"RLIMIT_NOFILE {s.rank_open_files}" if s.rank_open_files else "not limited",
             "cpu_time": f"RLIMIT_CPU {s.rank_cpu_seconds} s" if s.rank_cpu_seconds else "per-call deadlines only",
         }
-
-    def _hidden_paths(self) -> list[str]:
-        # /dev/shm must stay visible (NCCL and gloo share memory through it), even where it is
-        # a link into /run.
-        shm = os.path.realpath("/dev/shm")
-        return [p for p in HIDDEN_PATHS if os.path.isdir(p) and not (shm + "/").startswith(os.path.realpath(p) + "/")]
 
     def _pids_max(self) -> int:
         return self.settings.rank_processes * self.world_size if self.settings.rank_processes > 0 else 0
@@ -331,23 +289,41 @@ def _package_root() -> str:
 
 
 def _code_paths() -> list[str]:
-    """kloom's source tree and the interpreter's prefixes, outermost only."""
-    found: list[str] = []
-    for path in sorted({os.path.realpath(p) for p in (_package_root(), sys.prefix, sys.base_prefix)}, key=len):
-        if os.path.isdir(path) and path != "/" and not any((path + "/").startswith(f + "/") for f in found):
-            found.append(path)
-    return found
+    """What a rank runs: kloom's source tree, the interpreter and its prefixes."""
+    paths = {_package_root(), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python_executable()))}
+    return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
+
+
+def _within_any(path: str, directories: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip("/") + "/") for d in (os.path.realpath(x) for x in directories))
+
+
+def _pool_shm_dir(uid: int, gid: int) -> str:
+    """A directory of the pool's own in /dev/shm (its ranks' shared memory: NCCL, gloo), shown
+    to them as /dev/shm. Those of pools whose process died are removed first."""
+    base = "/dev/shm"
+    for entry in os.listdir(base) if os.path.isdir(base) else []:
+        if entry.startswith("kloom-pool-") and not owner_alive(entry):
+            shutil.rmtree(os.path.join(base, entry), ignore_errors=True)
+    path = os.path.join(base, f"kloom-pool-{os.getpid()}-{secrets.token_hex(4)}")
+    os.mkdir(path, 0o700)
+    if (uid, gid) != (os.geteuid(), os.getegid()):
+        os.chown(path, uid, gid)
+    return path
 
 
 def protect_process() -> None:
     """Make this process non-dumpable: processes of the same user (ranks, when they run as the
     worker's user) can then read neither its memory nor its ``/proc/<pid>/environ``, where the
     service's credentials are. Inherited by forked children; reset by exec."""
-    _prctl(_PR_SET_DUMPABLE, 0)
+    sandbox_launcher.prctl(sandbox_launcher.PR_SET_DUMPABLE, 0)
 
 
-def _rank_user(name: str) -> pwd.struct_passwd | None:
-    """The user ranks run as, when this process is root and one is set (``root``: none)."""
+def _rank_user(name: str, check: bool = True) -> pwd.struct_passwd | None:
+    """The user ranks run as, when this process is root and one is set (``root``: none). Unless
+    the ranks get a view of their own (which shows them the interpreter), ``check`` that the
+    user can run it."""
     if not name or name == "root":
         return None
     try:
@@ -356,22 +332,23 @@ def _rank_user(name: str) -> pwd.struct_passwd | None:
         raise SandboxError(f"rank user {name!r} does not exist on this machine") from None
     if user.pw_uid == 0:
         return None
-    if not can_run_as(user):
+    if check and not can_run_as(user):
         raise SandboxError(f"rank user {name!r} cannot run {python_executable()} or read kloom's packages")
     return user
 
 
 def for_service(settings):
     """``settings`` as the service runs them: a root worker runs workload and candidate code as
-    ``SERVICE_RANK_USER`` where that user can run this interpreter and read kloom (not where
-    they live in root's home), unless a rank user is set already."""
+    ``SERVICE_RANK_USER`` (the rank's view shows it the interpreter wherever that lives; without
+    one, only where that user can run it), unless a rank user is set already."""
     if settings.rank_user or os.geteuid() != 0:
         return settings
     try:
         user = pwd.getpwnam(SERVICE_RANK_USER)
     except KeyError:
         return settings
-    if not can_run_as(user):
+    found = platform()
+    if not (found.mountns and found.view) and not can_run_as(user):
         return settings
     return dataclasses.replace(settings, rank_user=SERVICE_RANK_USER)
 
@@ -380,7 +357,8 @@ _runnable: dict[int, bool] = {}
 
 
 def can_run_as(user: pwd.struct_passwd) -> bool:
-    """Whether ``user`` can start this interpreter and read kloom and its packages (cached)."""
+    """Whether ``user`` can start this interpreter and read kloom and its packages on the host
+    (cached)."""
     if user.pw_uid not in _runnable:
         check = "import os, sys; [os.listdir(p) for p in sys.path if os.path.isdir(p)]"
         try:
@@ -397,7 +375,7 @@ def can_run_as(user: pwd.struct_passwd) -> bool:
 def share_with_ranks(paths: list[str], settings) -> None:
     """Let the ranks read a root worker's private files (the job's workload): hand them to the
     rank user's group, readable by it only."""
-    user = _rank_user(settings.rank_user) if os.geteuid() == 0 else None
+    user = _rank_user(settings.rank_user, check=False) if os.geteuid() == 0 else None
     if user is None:
         return
     for path in paths:
@@ -406,6 +384,8 @@ def share_with_ranks(paths: list[str], settings) -> None:
 
 
 def _read_report(fd: int, timeout_s: float) -> str:
+    import time
+
     deadline = time.monotonic() + timeout_s
     chunks = []
     try:
@@ -426,250 +406,3 @@ def _read_report(fd: int, timeout_s: float) -> str:
     return b"".join(chunks).decode("utf-8", "replace").strip()
 
 
-# The pool's cgroup -----------------------------------------------------------------------------
-class PoolCgroup:
-    """A child group, per controller, of this process's own cgroup: ``.../kloom/pool-<pid>-<hex>``."""
-
-    def __init__(self, directories: list[str], pids_max: int, memory_max: int):
-        self.directories = directories
-        self.pids_max = pids_max
-        self.memory_max = memory_max
-
-    @classmethod
-    def create(cls, controllers: dict[str, str], pids_max: int, memory_max: int) -> "PoolCgroup | None":
-        """A new group with the limits set, or None where no controller can be used."""
-        name = f"pool-{os.getpid()}-{secrets.token_hex(4)}"
-        made: dict[str, str] = {}
-        for controller, own in controllers.items():
-            limit = pids_max if controller == "pids" else memory_max
-            if limit <= 0 or own in made.values():
-                continue
-            parent = os.path.join(own, "kloom")
-            directory = os.path.join(parent, name)
-            try:
-                for _ in range(3):  # another pool may remove the empty parent meanwhile
-                    os.makedirs(parent, exist_ok=True)
-                    _reap_stale(parent)
-                    try:
-                        os.mkdir(directory)
-                        break
-                    except FileNotFoundError:
-                        continue
-                else:
-                    continue
-            except OSError:
-                continue
-            try:
-                _write_limit(directory, controller, limit)
-            except OSError:
-                _remove_group(directory)
-                continue
-            made[controller] = directory
-        if not made:
-            return None
-        return cls(sorted(set(made.values())), pids_max if "pids" in made else 0, memory_max if "memory" in made else 0)
-
-    def pids(self) -> list[int]:
-        return sorted({pid for d in self.directories for pid in _group_pids(d)})
-
-    def remove(self) -> None:
-        for directory in self.directories:
-            _remove_group(directory)
-            try:
-                # The shared parent goes too once empty: it is made inside someone else's group.
-                os.rmdir(os.path.dirname(directory))
-            except OSError:
-                pass
-
-
-def _write_limit(directory: str, controller: str, limit: int) -> None:
-    v2 = os.path.exists(os.path.join(directory, "cgroup.controllers"))
-    if controller == "pids":
-        target = "pids.max"
-    else:
-        target = "memory.max" if v2 else "memory.limit_in_bytes"
-    if v2 and not os.path.exists(os.path.join(directory, target)):
-        # The parent does not delegate this controller to its children.
-        raise OSError(errno.ENOTSUP, f"{controller} is not enabled for {directory}")
-    with open(os.path.join(directory, target), "w") as fh:
-        fh.write(str(limit))
-
-
-def _group_pids(directory: str) -> list[int]:
-    try:
-        with open(os.path.join(directory, "cgroup.procs")) as fh:
-            return [int(p) for p in fh.read().split()]
-    except OSError:
-        return []
-
-
-def _remove_group(directory: str) -> None:
-    """SIGKILL everything in the group until it is empty (a fork bomb is capped by pids.max,
-    so this converges), then remove it."""
-    for _ in range(500):
-        pids = _group_pids(directory)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.01)
-    for _ in range(200):
-        try:
-            os.rmdir(directory)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)  # killed processes are still exiting
-
-
-def _reap_stale(parent: str) -> None:
-    """Remove the groups of pools whose owner process died without removing them (a worker
-    killed with SIGKILL): their ranks would otherwise run on."""
-    for entry in os.listdir(parent):
-        parts = entry.split("-")
-        if len(parts) != 3 or parts[0] != "pool" or not parts[1].isdigit():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            _remove_group(os.path.join(parent, entry))
-        except PermissionError:
-            pass
-
-
-# The launcher (runs in the child, then execs the rank) -----------------------------------------
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), "unshare")
-
-
-def _setns(path: str, nstype: int) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        _check(_libc.setns(fd, nstype), f"setns {path}")
-    finally:
-        os.close(fd)
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
-
-
-def _prctl(option: int, arg: int) -> None:
-    _check(_libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl {option}")
-
-
-def _enter_user_namespace() -> None:
-    """An unprivileged process's own user namespace, mapping its ids to themselves: it gains the
-    capabilities to make network and mount namespaces, and loses them again at exec."""
-    uid, gid = os.geteuid(), os.getegid()
-    _unshare(_CLONE_NEWUSER)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as fh:
-            fh.write(text)
-
-
-def _loopback_up() -> None:
-    """Bring up ``lo`` in a new network namespace (gloo and NCCL bootstrap over loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH22x", b"lo", 0)
-        flags = struct.unpack("16sH22x", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
-
-
-def _hide(path: str) -> None:
-    _mount("kloom-hidden", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=755")
-
-
-def _drop_capabilities() -> None:
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as fh:
-            last = int(fh.read())
-    except (OSError, ValueError):
-        last = 40
-    for cap in range(last + 1):
-        if cap not in KEPT_CAPABILITIES:
-            _prctl(_PR_CAPBSET_DROP, cap)
-
-
-def apply(plan: Plan) -> None:
-    """Apply ``plan`` to this process (the launcher, about to exec the rank)."""
-    root = os.geteuid() == 0
-    for directory in plan.cgroups:
-        with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
-            fh.write(str(os.getpid()))
-    if plan.netns == "new":
-        if not root:
-            _enter_user_namespace()
-        _unshare(_CLONE_NEWNET)
-        _loopback_up()
-    elif plan.netns:
-        if not root:
-            _setns(os.path.join(plan.netns, "user"), _CLONE_NEWUSER)
-        _setns(os.path.join(plan.netns, "net"), _CLONE_NEWNET)
-    if plan.hide:
-        _unshare(_CLONE_NEWNS)
-        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-        for path in plan.hide:
-            _hide(path)
-        for path in plan.readonly:
-            _mount(path, path, None, _MS_BIND | _MS_REC)
-            _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
-    limits = [(resource.RLIMIT_CORE, 0)]
-    if plan.memory_bytes > 0:
-        limits.append((resource.RLIMIT_AS, plan.memory_bytes))
-    if plan.open_files > 0:
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        limits.append((resource.RLIMIT_NOFILE, plan.open_files if hard == resource.RLIM_INFINITY else min(plan.open_files, hard)))
-    if plan.processes > 0 and (not root or plan.uid is not None):
-        limits.append((resource.RLIMIT_NPROC, plan.processes))
-    for which, value in limits:
-        resource.setrlimit(which, (value, value))
-    if plan.cpu_seconds > 0:
-        # SIGXCPU at the soft limit, so that the rank's death says why; SIGKILL a second later.
-        resource.setrlimit(resource.RLIMIT_CPU, (plan.cpu_seconds, plan.cpu_seconds + 1))
-    if plan.uid is not None:
-        os.setgroups([])
-        os.setgid(plan.gid)
-        os.setuid(plan.uid)
-    elif root:
-        _drop_capabilities()
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    # Set last: a change of user clears it. The ranks die with the pool's process.
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if plan.parent and os.getppid() != plan.parent:
-        raise SandboxError("the pool's process is gone")
-
-
-def main(argv: list[str]) -> None:
-    """``sandbox.py --probe`` or ``sandbox.py PLAN_JSON -- COMMAND...``."""
-    if argv[:1] == ["--probe"]:
-        print(json.dumps(_probe()))
-        return
-    plan = Plan(**json.loads(argv[0]))
-    command = argv[argv.index("--") + 1 :]
-    try:
-        apply(plan)
-    except Exception as exc:  # noqa: BLE001 - reported to the pool, which fails its start
-        os.write(plan.status_fd, f"{type(exc).__name__}: {exc}".encode())
-        os._exit(70)
-    os.write(plan.status_fd, b"ok")
-    os.close(plan.status_fd)
-    os.execv(command[0], command)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

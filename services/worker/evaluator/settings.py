@@ -25,17 +25,35 @@ class EvalSettings:
     timing_budget_s: float = 1.0
     #: Bytes written between timed calls to evict the cache (0: on CUDA, twice the L2 size).
     flush_bytes: int = 0
-    #: Time the candidate interleaved with the reference, call by call (the speedup then compares
-    #: samples taken over the same seconds); off: the candidate alone, after the reference.
+    #: Kept for callers of the judge of version 1; version 2 always interleaves (each side timed
+    #: with the other stopped) and never re-times the reference after the candidate.
     interleave_timing: bool = True
-    #: Without interleaving: time the reference again after the candidate and flag a drift.
     recheck_reference: bool = True
     #: A candidate faster than this many times the reference is flagged for a person to look at.
     suspicious_speedup: float = 10.0
-    #: Outputs of one trial on one rank up to this size are judged in the pool process (which
-    #: never imports candidate code); larger ones are compared on the rank's device against
-    #: reference outputs computed there before the candidate was imported.
-    judge_transfer_bytes: int = 32 << 20
+    #: Run the static checker on candidates before anything runs (a filter; the judge's process
+    #: boundaries are the defence, and hold with it off).
+    static_check: bool = True
+    # Hangs: a call that is not the first of its side (which may compile) must end within
+    # max(hang_floor_s, hang_factor x the reference's measured call time); a rank whose CPU time
+    # does not move for stall_s seconds (a deadlock) is ended even in a first call.
+    hang_floor_s: float = 10.0
+    hang_factor: float = 20.0
+    stall_s: float = 10.0
+    #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
+    #: other side's processes stopped while one is timed).
+    timing_rounds: int = 8
+    # The candidate's own clock (CUDA events or perf_counter in its process) against the judge's
+    # wall clock of each block: the time the candidate leaves unaccounted may exceed the
+    # reference's by at most clock_slack x the block's wall time + clock_slack_ms.
+    # The CPU's overhead per call (a cache flush, a barrier between ranks) is large and noisy
+    # beside small calls on a shared machine, hence the wider CPU default (for_device).
+    clock_slack: float = 0.5
+    clock_slack_ms: float = 3.0
+    #: Device memory the evaluator may use on one device (reference + candidate + one copy of the
+    #: outputs); 0: no limit. CUDA: per-process memory fractions; CPU: the bytes of live tensors
+    #: each rank holds, accounted by the rank.
+    device_memory_limit_bytes: int = 0
     #: Fixed base seed for reproducing a run; None (the default) draws fresh seeds every
     #: evaluation, so that no candidate can be written against known inputs.
     seed: int | None = None
@@ -54,6 +72,19 @@ class EvalSettings:
     #: ``sandbox.SERVICE_RANK_USER``). Workload files must be readable by it.
     rank_user: str = ""
     isolate_network: bool = True
+    #: Directories (or files) shown to ranks as empty, read-only: the service's data (its data
+    #: directory with the admin key and the SQLite file, the broker's queue, results). Set by the
+    #: worker from ``kloom.settings``; ``/run`` and the cgroup tree are always hidden.
+    hidden_paths: list[str] = field(default_factory=list)
+    #: Cover the temporary directories (/tmp, /var/tmp) in the ranks' view: only the pool's own
+    #: directory and ``readable_paths`` show through (the service's ranks; off for the CLI, whose
+    #: workloads may sit in /tmp).
+    private_tmp: bool = False
+    #: Paths the ranks read besides the interpreter and kloom (the job's workload directory).
+    readable_paths: list[str] = field(default_factory=list)
+    #: Compiler caches apart per scope (the service: the job owner's key), so that one user's
+    #: candidate cannot leave artifacts another user's later compile loads. "": one per rank user.
+    cache_scope: str = ""
 
     @classmethod
     def for_device(cls, device: str, **overrides) -> "EvalSettings":
@@ -65,6 +96,7 @@ class EvalSettings:
             base.min_iters = 20
             base.max_iters = 500
             base.load_timeout_s = 600.0
+            base.clock_slack, base.clock_slack_ms = 0.15, 1.0
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5

@@ -119,6 +119,8 @@ REEXPORTED_MODULES = frozenset(
         "tempfile", "pathlib", "mmap", "resource", "platform", "sysconfig", "site", "weakref",
     }
 )
+#: Functions that fetch attributes by a name given at run time (``operator.attrgetter("sys")``).
+INDIRECT_GETTERS = frozenset({"attrgetter", "methodcaller"})
 #: Exception types a handler may swallow (optional imports).
 SWALLOWABLE = frozenset({"ImportError", "ModuleNotFoundError"})
 #: Tokens that must not appear in C++/CUDA sources given to load_inline.
@@ -149,6 +151,7 @@ class _Checker(ast.NodeVisitor):
         self.protected: set[str] = set()
         self.aliases: dict[str, str] = {}
         self.defines_model = False
+        self.called: set[int] = set()  # ids of ``getattr`` names that are a call's function
 
     def flag(self, node: ast.AST, rule: str, message: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), rule, message))
@@ -193,9 +196,15 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "reference", "imports the reference Model")
             self.protected.add(alias.asname or alias.name)
             self.aliases[alias.asname or alias.name] = full
+            if alias.name in INDIRECT_GETTERS:
+                self.flag(node, "builtin", f"'{full}' fetches attributes by computed name")
 
     # Names and attributes --------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "getattr" and id(node) not in self.called:
+            # Handed on as a value (``functools.reduce(getattr, ...)``, ``g = getattr``), its
+            # attribute names are no longer read here.
+            self.flag(node, "builtin", f"'{node.id}' used other than as a direct call with a constant name")
         if node.id in DENIED_BUILTINS:
             self.flag(node, "builtin", f"'{node.id}' is not allowed in a candidate")
         if node.id == "__builtins__":
@@ -204,6 +213,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         root = _root_name(node)
+        if node.attr in INDIRECT_GETTERS:
+            self.flag(node, "builtin", f"'.{node.attr}' fetches attributes by computed name")
         if node.attr in DENIED_ATTRS:
             self.flag(node, "attribute", f"'.{node.attr}' {DENIED_ATTRS[node.attr]}")
         if root == "os" and isinstance(node.value, ast.Name) and node.attr not in ALLOWED_OS_ATTRS:
@@ -227,12 +238,17 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Name) and func.id == "getattr":
+            self.called.add(id(func))
             if len(node.args) >= 2:
                 name = node.args[1]
                 if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                    self.flag(node, "builtin", "getattr with a computed attribute name is not allowed")
+                    self.flag(node, "builtin", f"{func.id} with a computed attribute name is not allowed")
                 elif name.value in DENIED_ATTRS:
                     self.flag(node, "attribute", f"'{name.value}' {DENIED_ATTRS[name.value]}")
+                elif name.value in REEXPORTED_MODULES:
+                    self.flag(node, "import", f"{func.id}(..., {name.value!r}) reaches the {name.value} module through another import")
+                elif name.value in DENIED_BUILTINS or name.value in ("getattr", "attrgetter", "methodcaller"):
+                    self.flag(node, "builtin", f"{func.id}(..., {name.value!r}) reaches a denied builtin")
         self.generic_visit(node)
 
     # Writes to modules ------------------------------------------------------------------------

@@ -35,6 +35,13 @@ def detach_cpu(leaves: list[Any]) -> list[Any]:
     return out
 
 
+def cpu_tree(value: Any) -> Any:
+    """A copy of ``value`` with every tensor copied to the CPU and every container rebuilt, so that
+    what a call later does to the original (``inputs[i][j] = ...`` in a list it was given) does
+    not reach the copy."""
+    return pytree.tree_map(lambda x: x.detach().to("cpu", copy=True).contiguous() if isinstance(x, torch.Tensor) else x, value)
+
+
 def fingerprint(t: torch.Tensor) -> tuple:
     """An exact, order-sensitive digest of a tensor's bytes, computed where the tensor lives."""
     flat = t.detach().contiguous().view(-1)

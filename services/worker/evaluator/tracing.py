@@ -15,6 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
+from .graph_recorder import GraphRecorder
+
 #: Operators after which the host must wait for the device (they break CUDA-graph capture).
 HOST_SYNC_OPS = {
     "aten::_local_scalar_dense",
@@ -56,10 +58,11 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, graph: GraphRecorder) -> None:
         super().__init__()
         self.events: list[dict] = []
         self.producer: dict[int, str] = {}  # storage -> kind of the op that last wrote it
+        self.graph = graph
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -67,6 +70,7 @@ class _Recorder(TorchDispatchMode):
         ins = _tensors((args, kwargs))
         in_devices = {t.device.type for t in ins}
         out = func(*args, **kwargs)
+        self.graph.record(func, args, kwargs, out)
         outs = _tensors(out)
         kind = "collective" if name.startswith("c10d::") or name.startswith("_c10d_functional::") else (
             "matmul" if name in MATMUL_OPS else "attention" if name in ATTENTION_OPS else "view" if name in VIEW_LIKE else "compute"
@@ -133,8 +137,11 @@ def _subclasses_constructible() -> Iterator[None]:
 
 
 def trace_call(fn, inputs: list) -> dict[str, Any]:
-    """Run ``fn(*inputs)`` once under the recorder and summarise what it did."""
-    recorder = _Recorder()
+    """Run ``fn(*inputs)`` once under the recorder and summarise what it did; ``op_graph`` is the
+    call's op graph (``kloom.opgraph.OpGraph.to_dict``; ``fn``'s parameters and buffers are named
+    when it is a module)."""
+    graph = GraphRecorder(fn, inputs)
+    recorder = _Recorder(graph)
     with torch.no_grad(), _subclasses_constructible(), recorder:
         out = fn(*inputs)
     events = recorder.events
@@ -173,6 +180,7 @@ def trace_call(fn, inputs: list) -> dict[str, Any]:
         # How many bins the step's torch.bincount calls count into (int64 counts: 8 bytes a bin),
         # which decides whether counting by comparison can beat it.
         "bincount_bins": max((e["bytes_out"] // 8 for e in events if e["op"] == "aten::bincount"), default=None),
+        "op_graph": graph.finish(out).to_dict(),
     }
 
 

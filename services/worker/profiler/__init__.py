@@ -1,7 +1,7 @@
 """Hardware feedback for the agents: Nsight Compute, the PyTorch profiler's timeline and NVML.
 
 Imports torch and the standard library only (``pynvml`` lazily), so that it runs on GPU images
-that carry nothing else. Entry points: ``profile()`` for one candidate, ``gpu_inventory()`` for
+that carry nothing else. Entry points: ``profile()`` for one candidate, ``job_profiler()`` for a job's verifier, ``gpu_inventory()`` for
 a worker's heartbeat, ``NvmlSampler`` around timing. ``docs/profiling.md`` has the details.
 
 The names below load on first use, so that ``python -m services.worker.profiler.launch`` starts
@@ -20,6 +20,7 @@ _EXPORTS = {
     "ProfileSettings": "settings",
     "NvmlSampler": "nvml",
     "gpu_inventory": "nvml",
+    "job_profiler": "for_job",
 }
 __all__ = list(_EXPORTS)
 

@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kloom.workload import inspect_workload
-from services.worker.evaluator import rank as eval_rank
+from kloom.workload import import_file, inspect_workload, module_name_for
+from services.worker.evaluator.rank import seed_everything, seed_for
+from services.worker.evaluator.reference_rank import ReferenceRank
 
 from . import timeline as tl
 from .launch import LaunchSpec, rank_output
@@ -54,16 +55,24 @@ def _barrier(device: torch.device) -> None:
     _sync(device)
 
 
-def build(spec: LaunchSpec, rank: int) -> tuple[eval_rank.RankState, torch.nn.Module, list]:
-    """The evaluator's rank state with the candidate (or the reference) built, and its inputs."""
-    state = eval_rank.RankState(rank, spec.world_size, spec.device, spec.device_index(rank), os.environ["KLOOM_PROFILE_STORE"])
+def build(spec: LaunchSpec, rank: int) -> tuple[ReferenceRank, torch.nn.Module, list]:
+    """A reference rank of the evaluator with the candidate (or the reference) built the way the
+    judge builds them (same weights), and its inputs. The profiler is no judge: the candidate runs
+    here beside the workload's code."""
+    state = ReferenceRank(rank, spec.world_size, spec.device, spec.device_index(rank), os.environ["KLOOM_PROFILE_STORE"])
     path = str(Path(spec.workload).resolve())
     state.workload = state._load_workload(path, inspect_workload(path).sha256, spec.shapes)
-    if spec.candidate:
-        state.cmd_load_candidate(spec.candidate, spec.seed)
-        model = state.cand
+    if not spec.candidate:
+        model, _ = state._build(spec.seed)
     else:
-        model = state._build(state.workload.Model, state.workload, spec.seed)
+        module = import_file(spec.candidate, module_name_for(spec.candidate, "candidate"))
+        seed_everything(seed_for(spec.seed, rank))
+        with torch.device(state.device):
+            init = state.workload.get_init_inputs()
+            seed_everything(seed_for(spec.seed, rank))
+            model = module.ModelNew(*init)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(state.device)
     return state, model, state._inputs(spec.seed + 1)
 
 

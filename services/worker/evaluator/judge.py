@@ -1,0 +1,223 @@
+"""The judge's protocol for one candidate, run from the evaluator's process over two rank pools.
+
+``JudgePools`` holds, per world size, a pool of reference ranks and a pool of candidate ranks:
+separate processes (each pool in its own sandbox, pid namespace and compiler caches), so that
+nothing in a candidate's process holds the reference model, its outputs, the seeds or the judge's
+state. Per trial, in lockstep: the reference ranks draw fresh inputs and run the reference; the
+inputs go (through this process) to the candidate ranks; their outputs come back here and go to
+the reference ranks, which compare them with theirs. Timing alternates blocks of calls of the two
+sides (reference, candidate, candidate, reference, ...); while one side is timed, the other
+side's processes are stopped (SIGSTOP) after draining their device work, and this process
+measures each block on its own clock: the time the candidate's clock leaves unaccounted may not
+exceed the reference's by more than a stated bound (``EvalSettings.clock_slack``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+from .pool import PoolFailure, RankPool, Replies
+from .records import ClockCheck, ErrorInfo, TimeStats
+from .settings import EvalSettings
+
+#: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
+#: and a process runs on for an instant after SIGSTOP is sent), in seconds and as a share of the
+#: time it was stopped, before it counts as having run while stopped.
+STOPPED_CPU_S = 0.03
+STOPPED_CPU_SHARE = 0.05
+
+
+class Stop(Exception):
+    """Ends an evaluation early with a finished result."""
+
+    def __init__(self, status: str, error: ErrorInfo | None = None):
+        super().__init__(status)
+        self.status = status
+        self.error = error
+
+
+class JudgePools:
+    """The reference's and the candidate's rank pools of one world size."""
+
+    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None):
+        self.world_size = world_size
+        self.reference = RankPool(world_size, device, settings, devices, role="reference")
+        self.candidate = RankPool(world_size, device, settings, devices, role="candidate")
+
+    @property
+    def pools(self) -> tuple[RankPool, RankPool]:
+        return self.reference, self.candidate
+
+    @property
+    def alive(self) -> bool:
+        return self.reference.alive and self.candidate.alive
+
+    @property
+    def procs(self) -> list:
+        return self.reference.procs + self.candidate.procs
+
+    @property
+    def starts(self) -> int:
+        """How many times the pair was started (a fault of the candidate restarts its pool only)."""
+        return max(self.reference.starts, self.candidate.starts)
+
+    @property
+    def environment(self) -> dict:
+        return self.reference.environment
+
+    @property
+    def devices(self) -> list[int]:
+        return self.reference.devices
+
+    @property
+    def workdir(self) -> str | None:
+        return self.candidate.workdir
+
+    def start(self, candidate: bool = True) -> None:
+        """Start the pools that are not running. One after the other, from this thread: each
+        rank's launcher dies with the thread that started it (``PR_SET_PDEATHSIG``)."""
+        for pool in self.pools if candidate else (self.reference,):
+            if not pool.alive:
+                pool.start()
+
+    def kill(self) -> None:
+        for pool in self.pools:
+            pool.kill()
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
+
+    def kill_now(self) -> None:
+        """From another thread: SIGKILL every rank (stopped ones too); the call in flight then
+        finds them dead within a fraction of a second."""
+        import os
+        import signal
+
+        for proc in list(self.procs):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@dataclass
+class Block:
+    times: dict[int, list[float]]  # per rank, ms, from the side's own clock
+    wall_ms: float  # the judge's clock
+
+    @property
+    def reported_ms(self) -> float:
+        return max(sum(t) for t in self.times.values())
+
+
+class Timing:
+    """Interleaved blocks of the two sides, each timed with the other stopped."""
+
+    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate):
+        self.pools = pools
+        self.s = settings
+        self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
+        self.check_candidate = check_candidate  # replies -> None, raises Stop
+        self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
+        self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
+
+    def run(self, ref_call_s: float, flush_bytes: int) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
+        """``ref_call_s``: the reference's measured call time; a block of n calls (of either
+        side) must end within max(hang_floor_s, hang_factor x n x ref_call_s)."""
+        s = self.s
+        ref, cand = self.pools.reference, self.pools.candidate
+
+        def bound(calls: int) -> float:
+            return s.hang_factor * calls * ref_call_s
+
+        try:
+            warm = max(1, s.warmup_iters)
+            ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm))
+            cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm))
+            # Calls per side from the reference's own clock and the candidate's wall time less the
+            # reference's overhead (a candidate cannot buy itself fewer calls by what it reports).
+            overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
+            cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
+            per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm
+            iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
+            rounds = max(1, min(s.timing_rounds, iters))
+            per_block = math.ceil(iters / rounds)
+            blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
+            for r in range(rounds):
+                order = [(ref, cand, "reference"), (cand, ref, "candidate")]
+                for side, other, name in order if r % 2 == 0 else order[::-1]:
+                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block)))
+        finally:
+            ref.resume()
+            cand.resume()
+        for role, ran in self.stopped_cpu.items():
+            if ran > STOPPED_CPU_S + STOPPED_CPU_SHARE * self.stopped_wall[role]:
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
+                    f"the {role}'s processes used {ran:.2f} s of CPU in the {self.stopped_wall[role]:.2f} s they were "
+                    "stopped for the other side's timing: something of theirs escaped the stop")))
+        check = self._check(blocks, per_block)
+        if not check.ok:
+            raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=(
+                f"the candidate's own clock disagrees with the judge's: per block of {per_block} calls it left "
+                f"{check.candidate_unaccounted_ms:.3g} ms unaccounted against the reference's {check.reference_unaccounted_ms:.3g} ms "
+                f"(allowed: {check.allowed_ms:.3g} ms more); its reported times are not the time it took")))
+        return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
+
+    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float) -> Block:
+        """One block of ``side`` with ``other`` stopped; its device work was drained by the
+        reply to its last command (each block and trial syncs before answering)."""
+        before = other.stop()
+        started = time.perf_counter()
+        replies = side.request("time_block", {"iters": iters, "warm": warm, "flush_bytes": flush_bytes},
+                               timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
+        wall_ms = (time.perf_counter() - started) * 1e3
+        self.stopped_cpu[other.role] += other.stopped_cpu_seconds() - before
+        self.stopped_wall[other.role] += wall_ms / 1e3
+        if side.role == "candidate":
+            self.check_candidate(replies, "time")
+        errors = replies.errors()
+        if errors:
+            rank, err = errors[0]
+            status = "workload_error" if side.role == "reference" else "runtime_error"
+            raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
+                                         traceback=err.get("traceback", "")))
+        times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
+        if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
+            raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
+        return Block(times, wall_ms)
+
+    def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
+        """A side's overhead per block (wall - reported) is its flushes, barriers and the round
+        trip, plus whatever else the machine did meanwhile, which only adds: the least over the
+        blocks is each side's clean overhead, robust to a busy machine. The candidate's may exceed
+        the reference's by ``clock_slack`` of its least block time plus ``clock_slack_ms``."""
+        ref, cand = blocks["reference"], blocks["candidate"]
+        ref_over = min(b.wall_ms - b.reported_ms for b in ref)
+        cand_over = min(b.wall_ms - b.reported_ms for b in cand)
+        allowed = self.s.clock_slack * min(b.wall_ms for b in cand) + self.s.clock_slack_ms
+        return ClockCheck(
+            blocks=len(cand), calls_per_block=per_block,
+            reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=statistics.median(b.wall_ms for b in cand),
+            reference_unaccounted_ms=ref_over, candidate_unaccounted_ms=cand_over, allowed_ms=allowed,
+            ok=cand_over - ref_over <= allowed,
+        )
+
+
+def _per_rank(blocks: list[Block]) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {}
+    for b in blocks:
+        for rank, times in b.times.items():
+            out.setdefault(rank, []).extend(times)
+    return out
+
+
+def stats(times: dict[int, list[float]], world: int) -> list[TimeStats]:
+    return [TimeStats.from_samples(times[r]) for r in range(world)]
+
+
+def replies_value(replies: Replies, key: str, default=0):
+    return [rep.get(key, default) for _, rep in sorted(replies.by_rank.items())]

@@ -1,0 +1,212 @@
+"""One candidate's evaluation over a ``JudgePools`` pair: load, trials in lockstep, timing, the
+trial after timing, and the record (``Evaluator.evaluate`` runs it)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from kloom.speedup import paired_interval
+
+from . import precision
+from .compare import compare_rank, resolve_tolerance, tolerance_to_names
+from .judge import JudgePools, Stop, Timing, replies_value, stats
+from .pool import Replies
+from .records import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
+
+
+class Trials:
+    def __init__(self, evaluator, pools: JudgePools, info, source: str, level: str, result: EvalResult):
+        self.ev = evaluator
+        self.s = evaluator.settings
+        self.pools = pools
+        self.ref, self.cand = pools.reference, pools.candidate
+        self.info = info
+        self.source = source
+        self.level = level
+        self.result = result
+        self.world = result.world_size
+        self.hang_s = self.s.load_timeout_s  # until the reference's call time is known
+        self.peaks = {"reference": 0, "candidate": 0}
+        self.output_bytes = 0
+
+    # The protocol ------------------------------------------------------------------------------
+    def run(self) -> None:
+        s, ev, result = self.s, self.ev, self.result
+        base = ev._base_seed()
+        result.seeds = seeds = [base + 1 + k for k in range(s.trials + 1)]
+        try:
+            with ev._phase(result, "reference"):
+                load = self.ref.request("load", ev._load_args(self.info, base), timeout=ev._prepare_timeout(), stall_s=s.stall_s)
+                ev._raise_errors(load, "prepare", "workload_error")
+                first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True}, timeout=ev._prepare_timeout(), stall_s=s.stall_s)
+                ev._raise_errors(first, "prepare", "workload_error")
+            self._note(first, "reference")
+            self.ref_call_s = max(replies_value(first, "call_s", 0.0))
+            self.hang_s = max(s.hang_floor_s, s.hang_factor * self.ref_call_s)
+            workload_tol = load.by_rank[0].get("tolerance") or {}
+            self.tolerance = resolve_tolerance(workload_tol, s.tolerance)
+            # A workload that sets its own float32 tolerance, or computes from bf16/fp16/fp8
+            # inputs, is judged by that tolerance alone: its fp32 outputs are not fp32 arithmetic.
+            self.norm_check = "float32" not in {k.replace("torch.", "") for k in workload_tol} and not any(
+                replies_value(first, "low_precision_inputs", False))
+            cand_share = self._candidate_share(first)
+            with ev._phase(result, "load"):
+                path = self._write_candidate()
+                per_rank = {r: {"init_args": load.by_rank[r]["init_args"]} for r in range(self.world)}
+                loaded = self.cand.request("load", {"path": path, "init_seed": base, "shapes": s.shapes, "memory_limit": cand_share,
+                                                          "level": self.level, "workload_path": str(Path(self.info.path).resolve())},
+                                           per_rank=per_rank, timeout=ev._limit(s.load_timeout_s), stall_s=s.stall_s)
+                self._check_candidate(loaded, "load_candidate", "compile_error")
+            result.compiled = True
+            for k in range(s.trials):
+                with ev._phase(result, "correctness"):
+                    ref_trial = first if k == 0 else self._reference_trial(seeds[k])
+                    if not self._trial(ref_trial, k, "correctness", first_call=k == 0):
+                        raise Stop("incorrect")
+            with ev._phase(result, "timing"):
+                ref_times, cand_times, check = self._time(base + 10_000, first)
+            with ev._phase(result, "post_timing_check"):
+                if not self._trial(self._reference_trial(seeds[s.trials]), s.trials, "post_timing", first_call=False):
+                    result.flags.append("passed before timing but failed after it: caches results or computes lazily")
+                    raise Stop("incorrect")
+            for pool, args in ((self.cand, {}), (self.ref, {"everything": True})):
+                released = pool.request("release", args, timeout=ev._limit(self.hang_s))
+                self._note(released, pool.role)
+                ev._raise_errors(released, "release", "runtime_error")
+        finally:
+            self._memory()
+        ref_ms = max(t.median_ms for t in ref_times)
+        cand_ms = max(t.median_ms for t in cand_times)
+        result.timing = TimingRecord(
+            reference=ref_times, candidate=cand_times, reference_ms=ref_ms, candidate_ms=cand_ms,
+            speedup=ref_ms / cand_ms if cand_ms > 0 else float("inf"), interleaved=True,
+            clock="cuda_events" if ev.device == "cuda" else "wall", clock_check=check,
+            speedup_ci_low=self.interval[0], speedup_ci_high=self.interval[1],
+        )
+        result.roofline = ev._roofline(first, self.ref.environment, cand_ms, ref_ms, result.flags)
+        _flag(result, self.s)
+
+    def _reference_trial(self, seed: int) -> Replies:
+        replies = self.ref.request("run_trial", {"seed": seed}, timeout=self.ev._limit(self.hang_s), stall_s=self.s.stall_s)
+        self.ev._raise_errors(replies, "prepare", "workload_error")
+        self._note(replies, "reference")
+        return replies
+
+    def _trial(self, ref_trial: Replies, k: int, phase: str, first_call: bool) -> bool:
+        """The candidate on the inputs the reference just ran; its outputs judged by the reference."""
+        ev = self.ev
+        # The first call may compile (torch.compile, Triton, CUDA graphs): it gets the load limit,
+        # and a deadlock in it is found by the stall check.
+        timeout = self.s.load_timeout_s if first_call else self.hang_s
+        per_rank = {r: {"inputs": rep["inputs"], "seed": rep["seed"], "mutated": rep["mutated"], "output_sizes": rep.get("output_sizes", [])}
+                    for r, rep in ref_trial.by_rank.items()}
+        got = self.cand.request("trial", {}, per_rank=per_rank, timeout=ev._limit(timeout), stall_s=self.s.stall_s)
+        self._check_candidate(got, "trial", "runtime_error")
+        compare_args = {r: {"outputs": rep["outputs"], "mutated": rep["mutated"], "spec": rep["spec"]} for r, rep in got.by_rank.items()}
+        judged = self.ref.request("compare", {"tolerance": tolerance_to_names(self.tolerance), "level": self.level, "norm_check": self.norm_check},
+                                  per_rank=compare_args, timeout=ev._limit(self.hang_s))
+        ev._raise_errors(judged, "compare", "workload_error")
+        self._note(judged, "reference")
+        record = TrialRecord(trial=k, seed=self.result.seeds[k], phase=phase, ok=True)
+        for rank in range(self.world):
+            rep = got.by_rank[rank]
+            reply = {"spec": rep["spec"], "check": judged.by_rank[rank]["check"], "late_writes": rep.get("late_writes"),
+                     "unexpected_mutation": rep.get("unexpected_mutation")}
+            check = compare_rank(rank, reply, {"spec": rep["spec"]}, self.tolerance)
+            if rep.get("aliases") and "output_aliases_input" not in self.result.flags:
+                self.result.flags.append("output_aliases_input")
+            record.ranks.append(check)
+            record.ok &= check.ok
+        self.result.trials.append(record)
+        return record.ok
+
+    def _time(self, seed: int, first: Replies):
+        restore = self.ev._restore([first])
+        tin = self.ref.request("timing_inputs", {"seed": seed, "restore": restore}, timeout=self.ev._limit(self.hang_s))
+        self.ev._raise_errors(tin, "time", "workload_error")
+        per_rank = {r: {"inputs": rep["inputs"], "seed": rep["seed"]} for r, rep in tin.by_rank.items()}
+        ready = self.cand.request("timing_inputs", {"restore": restore}, per_rank=per_rank, timeout=self.ev._limit(self.hang_s))
+        self._check_candidate(ready, "time", "runtime_error")
+        with self._gpu_sampler() as sampler:
+            ref_t, cand_t, check = Timing(self.pools, self.s, self.ev._limit, self._check_candidate).run(self.ref_call_s, self.s.flush_bytes)
+        if sampler is not None:
+            nvml = sampler.summary()
+            self.result.environment["nvml"] = nvml
+            self.result.flags.extend(f"gpu: {flag}" for flag in nvml.get("flags", []))
+        try:  # block i of one side was timed beside block i of the other, call for call
+            self.interval = paired_interval([ref_t[r] for r in range(self.world)], [cand_t[r] for r in range(self.world)])
+        except ValueError:
+            self.interval = (None, None)
+        return stats(ref_t, self.world), stats(cand_t, self.world), check
+
+    @contextmanager
+    def _gpu_sampler(self):
+        """NVML samples of the pools' GPUs while the two sides are timed (clocks, power, other
+        processes); nothing on the CPU."""
+        if self.ev.device != "cuda":
+            yield None
+            return
+        from services.worker.profiler.nvml import NvmlSampler
+
+        with NvmlSampler(self.pools.devices[: self.world], interval_s=0.05) as sampler:
+            yield sampler
+
+    # Checks ------------------------------------------------------------------------------------
+    def _check_candidate(self, replies: Replies, op: str, status: str = "runtime_error") -> None:
+        """Integrity and precision first (what the candidate's process says about itself: a
+        filter), then its errors."""
+        self._note(replies, "candidate")
+        for rank, rep in sorted(replies.by_rank.items()):
+            problems = precision.flag_problems(rep.get("precision"), self.level)
+            if problems:
+                raise Stop("rejected", ErrorInfo(kind="precision", rank=rank, phase=op, message=(
+                    f"rank {rank}: the candidate changed precision flags this fp32 workload pins: {'; '.join(problems)} "
+                    "(a workload may allow it with PRECISION = \"tf32\" | \"bf16\" | \"fp16\")")))
+        self.ev._raise_errors(replies, op, status)
+
+    def _note(self, replies: Replies, side: str) -> None:
+        peaks = [int(p) for p in replies_value(replies, "peak_bytes", 0)]
+        if peaks:
+            self.peaks[side] = max(self.peaks[side], max(peaks))
+        sizes = [int(b) for b in replies_value(replies, "output_bytes", 0)]
+        if sizes:
+            self.output_bytes = max(self.output_bytes, max(sizes))
+
+    def _candidate_share(self, first: Replies) -> int:
+        """What the device-memory limit leaves the candidate: the limit less the reference's own
+        peak and one copy of the outputs (0: no limit)."""
+        limit = self.s.device_memory_limit_bytes
+        if not limit:
+            return 0
+        own = max(self.peaks["reference"], max(int(b) for b in replies_value(first, "own_bytes", 0)))
+        share = limit - own - self.output_bytes
+        if share <= 0:
+            raise Stop("resource_limit", ErrorInfo(kind="resource_limit", phase="prepare", message=(
+                f"the evaluator's device-memory limit is {limit} bytes; the reference alone holds {own} bytes and one copy "
+                f"of its outputs is {self.output_bytes} bytes, leaving nothing for the candidate")))
+        return share
+
+    def _memory(self) -> None:
+        limit = self.s.device_memory_limit_bytes
+        ref, cand = self.peaks["reference"], self.peaks["candidate"]
+        self.result.memory = MemoryRecord(limit_bytes=limit, reference_peak_bytes=ref, candidate_peak_bytes=cand,
+                                          output_bytes=self.output_bytes, evaluator_peak_bytes=ref + cand)
+
+    def _write_candidate(self) -> str:
+        directory = Path(self.cand.workdir) / "candidates"
+        directory.mkdir(exist_ok=True)
+        path = directory / f"candidate_{self.result.candidate_sha256[:16]}.py"
+        path.write_text(self.source)
+        return str(path)
+
+
+def _flag(result: EvalResult, s) -> None:
+    t = result.timing
+    if t.speedup >= s.suspicious_speedup:
+        result.flags.append(f"suspiciously_fast: {t.speedup:.1f}x over the reference")
+    if result.roofline and result.roofline.floor_ms > 0 and t.candidate_ms < 0.9 * result.roofline.floor_ms:
+        result.flags.append("faster_than_roofline_floor: check the workload's roofline() or the candidate")
+    if any(x.spread > 0.5 for x in t.candidate + t.reference):
+        result.flags.append("noisy_timing")
+

@@ -1,0 +1,255 @@
+"""A reference rank: the judge's side of one rank of the workload.
+
+It imports the workload, builds its ``Model``, draws every input (fresh seeds per trial, sent by
+the judge process and never shown to the candidate), runs the reference, keeps its outputs for
+one trial at a time, and compares the candidate's outputs (sent here by the judge process) with
+them. No candidate code is ever imported here.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from typing import Any
+
+import torch
+
+from kloom.workload import SHAPES_ENV, import_file, module_name_for
+
+from . import precision
+from . import tensors as T
+from .compare import compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
+from .rank import RankBase, ResourceLimit, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def finite(leaf: torch.Tensor) -> bool:
+    """Whether a floating (fp8 included, upcast) or complex tensor has no NaN or Inf."""
+    if leaf.is_complex():
+        return bool(torch.isfinite(leaf).all())
+    if leaf.element_size() == 1:  # float8 types: isfinite is not implemented for them
+        leaf = leaf.to(torch.float32)
+    return bool(torch.isfinite(leaf).all())
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, (bool, int, float, complex, str, torch.Tensor, torch.dtype))
+
+
+def _sendable(inputs: list) -> list | None:
+    """CPU copies of the inputs for the candidate's ranks, or None where some input is not a plain
+    value (a process group, a module): those ranks then draw them from the workload with the
+    trial's seed, as this rank did."""
+    return T.cpu_tree(list(inputs)) if all(_plain(v) for v in inputs) else None
+
+
+class ReferenceRank(RankBase):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.workloads: dict[tuple, Any] = {}
+        self.workload = None
+        self.ref = None
+        self.kept: dict | None = None  # the running trial's outputs and mutated inputs
+
+    def handlers(self) -> dict:
+        return {
+            "ping": lambda: {"pid": os.getpid(), "environment": self.environment()},
+            "load": self.cmd_load, "run_trial": self.cmd_run_trial, "compare": self.cmd_compare,
+            "timing_inputs": self.cmd_timing_inputs, "time_block": self.cmd_time_block, "time_alone": self.cmd_time_alone,
+            "release": self.cmd_release, "analyze": self.cmd_analyze, "reference_io": self.cmd_reference_io,
+            "probe_split": self.cmd_probe_split,
+        }
+
+    def after(self, op: str, reply: dict) -> None:
+        reply["peak_bytes"] = self.peak_bytes()
+
+    # Building ------------------------------------------------------------------------------
+    def _load_workload(self, path: str, sha: str, shapes: str):
+        key = (path, sha, shapes)
+        if key not in self.workloads:
+            os.environ[SHAPES_ENV] = shapes
+            self.workloads[key] = import_file(path, module_name_for(path, f"workload_{shapes}_{sha[:8]}"))
+        return self.workloads[key]
+
+    def _build(self, init_seed: int):
+        """The reference model, seeded just before construction (as the candidate's is)."""
+        seed_everything(seed_for(init_seed, self.rank))
+        with torch.device(self.device):
+            init = self.workload.get_init_inputs()
+            if not isinstance(init, (list, tuple)):
+                raise WorkloadProblem("get_init_inputs() must return a list or tuple")
+            seed_everything(seed_for(init_seed, self.rank))
+            model = self.workload.Model(*init)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        return model, list(init)
+
+    def _inputs(self, seed: int) -> list:
+        seed_everything(seed_for(seed, self.rank))
+        with torch.device(self.device):
+            inputs = self.workload.get_inputs()
+        if not isinstance(inputs, (list, tuple)):
+            raise WorkloadProblem(f"get_inputs() must return a list or tuple, not {type(inputs).__name__}")
+        return list(T.to_device(list(inputs), self.device))
+
+    def _open(self, workload_path: str, workload_sha: str, shapes: str, init_seed: int) -> list:
+        self.cmd_release(everything=True, collect=False)
+        self.reset_peak()
+        try:
+            self.workload = self._load_workload(workload_path, workload_sha, shapes)
+            self.ref, init = self._build(init_seed)
+        except (WorkloadProblem, ResourceLimit, torch.OutOfMemoryError):
+            raise
+        except BaseException as exc:
+            raise WorkloadProblem(f"building the reference failed: {type(exc).__name__}: {exc}") from exc
+        self.account(model_bytes(self.ref), "the reference's model")
+        return init
+
+    # Commands ------------------------------------------------------------------------------
+    def cmd_load(self, workload_path: str, workload_sha: str, shapes: str, init_seed: int, memory_limit: int = 0) -> dict:
+        self.set_memory_limit(memory_limit)
+        init = self._open(workload_path, workload_sha, shapes, init_seed)
+        tolerance = {str(k): v for k, v in dict(getattr(self.workload, "TOLERANCE", None) or {}).items()}
+        # Plain values (numbers, strings, tensors, lists of them) travel to the candidate's ranks;
+        # anything else (a module given as an argument) they draw from the workload themselves.
+        plain = all(_plain(v) for v in init)
+        return {"init_args": T.cpu_tree(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
+
+    def cmd_run_trial(self, seed: int, want_roofline: bool = False) -> dict:
+        """Draw this trial's inputs, run the reference on them and keep its outputs until
+        ``compare``; the inputs go back (as they were before the call) for the candidate."""
+        self.kept = None
+        inputs = self._inputs(seed)
+        sent = _sendable(inputs)
+        before = T.fingerprints(inputs)
+        roofline = None
+        if want_roofline and hasattr(self.workload, "roofline"):
+            roofline = {k: float(v) if isinstance(v, (int, float)) else v for k, v in dict(self.workload.roofline(self.world_size, inputs)).items()}
+        held = model_bytes(self.ref) + tensor_bytes(inputs)
+        self.account(held, "the reference with its inputs")
+        started = time.perf_counter()
+        with torch.no_grad():
+            out = self.ref(*inputs)
+        self.sync()
+        call_s = time.perf_counter() - started
+        leaves, spec = T.flatten(out)
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()) and not finite(leaf):
+                raise WorkloadProblem(f"the reference's output {i} has NaN or Inf values")
+        after = T.fingerprints(inputs)
+        mutated = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+        outputs = [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves]
+        self.kept = {"outputs": outputs, "mutated": {i: inputs[i].detach() for i in mutated}, "spec": spec}
+        del out, leaves
+        self.account(held + tensor_bytes(outputs), "the reference with its inputs and outputs")
+        floating = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        return {
+            "inputs": sent, "seed": seed, "mutated": mutated, "spec": spec, "call_s": call_s, "roofline": roofline,
+            "output_bytes": tensor_bytes(outputs) + sum(T.nbytes(list(self.kept["mutated"].values()))),
+            "own_bytes": held + tensor_bytes(outputs), "output_sizes": T.nbytes(outputs),
+            "low_precision_inputs": any(d in _LOW_PRECISION or d.itemsize == 1 for d in floating),
+        }
+
+    def cmd_compare(self, outputs: list, mutated: dict, spec: str, tolerance: dict, level: str, norm_check: bool) -> dict:
+        """The candidate's outputs (one copy, moved to this device) against the kept ones."""
+        kept, self.kept = self.kept, None
+        if kept is None:
+            raise RuntimeError("compare without a trial")
+        totals = {"numel": 0, "mismatched": 0, "max_abs_diff": 0.0, "max_rel_diff": 0.0}
+        problems: list[str] = []
+        if spec != kept["spec"]:
+            problems.append(f"output structure {spec} != expected {kept['spec']}")
+        else:
+            got = T.to_device(list(outputs), self.device)
+            got_mutated = {int(i): T.to_device(v, self.device) for i, v in mutated.items()}
+            held = model_bytes(self.ref) + tensor_bytes(kept["outputs"]) + tensor_bytes(list(kept["mutated"].values()))
+            self.account(held + tensor_bytes(got) + tensor_bytes(list(got_mutated.values())), "the comparison")
+            table = tolerance_from_names(tolerance)
+            totals, problems = compare_outputs(got, got_mutated, kept["outputs"], kept["mutated"], table)
+            if not problems and norm_check:
+                for i, (g, w) in enumerate(zip(got, kept["outputs"])):
+                    if isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor):
+                        found = precision.norm_problem(g, w, level, f"output {i}")
+                        if found:
+                            problems.append(found)
+            del got, got_mutated
+        return {"check": {"totals": totals, "problems": problems}}
+
+    def cmd_timing_inputs(self, seed: int, restore: list[int]) -> dict:
+        inputs = self._inputs(seed)
+        sent = _sendable(inputs)
+        self.prepare_timed(self.ref, inputs, restore)
+        return {"inputs": sent, "seed": seed}
+
+    def cmd_time_alone(self, timing: dict, seed: int, restore: list[int]) -> dict:
+        """The reference alone, by the in-process protocol (``baseline``)."""
+        self.prepare_timed(self.ref, self._inputs(seed), restore)
+        call, restore_fn = self.timed
+        times = self.timer(int(timing.get("flush_bytes", 0))).measure(
+            call, restore=restore_fn, warmup=int(timing["warmup_iters"]), min_iters=int(timing["min_iters"]),
+            max_iters=int(timing["max_iters"]), budget_s=float(timing["budget_s"]))
+        return {"times": times}
+
+    def cmd_release(self, everything: bool = False, collect: bool = True) -> dict:
+        self.kept, self.timed = None, None
+        if everything:
+            self.ref = None
+        if collect and self.device.type == "cuda":  # on the CPU, dropping the references frees
+            gc.collect()
+            torch.cuda.empty_cache()
+        return {}
+
+    # Looking at the reference alone ------------------------------------------------------------
+    def cmd_reference_io(self, workload_path: str, workload_sha: str, shapes: str, init_seed: int, seed: int) -> dict:
+        """The reference's parameters, inputs and outputs on this rank, for checking a workload."""
+        self._open(workload_path, workload_sha, shapes, init_seed)
+        inputs = self._inputs(seed)
+        before = T.detach_cpu(inputs)
+        with torch.no_grad():
+            out = self.ref(*inputs)
+        self.sync()
+        leaves, spec = T.flatten(out)
+        state = {k: v.detach().cpu() for k, v in self.ref.state_dict().items()} if isinstance(self.ref, torch.nn.Module) else {}
+        return {"inputs": before, "inputs_after": T.detach_cpu(inputs), "outputs": T.detach_cpu(leaves), "spec": spec, "state": state}
+
+    def cmd_analyze(self, workload_path: str, workload_sha: str, shapes: str, init_seed: int, seed: int) -> dict:
+        """What the reference does on this rank: operators, collectives, host syncs, data flow."""
+        from .tracing import trace_call
+
+        self._open(workload_path, workload_sha, shapes, init_seed)
+        inputs = self._inputs(seed)
+        before = T.fingerprints(inputs)
+        roofline = dict(self.workload.roofline(self.world_size, inputs)) if hasattr(self.workload, "roofline") else None
+        trace = trace_call(self.ref, inputs)
+        self.sync()
+        after = T.fingerprints(inputs)
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        trace.update(
+            input_shapes=[list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs],
+            input_dtypes=[str(x.dtype).replace("torch.", "") if isinstance(x, torch.Tensor) else type(x).__name__ for x in inputs],
+            input_bytes=sum(x.numel() * x.element_size() for x in tensors),
+            param_bytes=model_bytes(self.ref),
+            mutated_inputs=[i for i, (a, b) in enumerate(zip(before, after)) if a != b],
+            roofline={k: (float(v) if isinstance(v, (int, float)) else v) for k, v in (roofline or {}).items()} or None,
+        )
+        return {"trace": trace}
+
+    def cmd_probe_split(self, seed: int, chunks: int, tolerance: dict) -> dict:
+        """After ``analyze``: whether the reference computes row blocks independently."""
+        from .tracing import probe_row_split
+
+        table = resolve_tolerance(getattr(self.workload, "TOLERANCE", None), {})
+        table.update(tolerance_from_names(tolerance))
+
+        def same(got, want) -> bool:
+            return got.shape == want.shape and compare_leaf(got, want, table, "output")[0]
+
+        split = probe_row_split(self.ref, lambda: self._inputs(seed), chunks=chunks, compare=same)
+        self.sync()
+        return {"split": split}

@@ -1,0 +1,72 @@
+"""Issue 20's attacks on the judge, written as hostile candidates and run with the static checker
+switched off (it is a filter, not the defence): each one fails because of where the judge keeps
+the reference, the comparison and the clock (``docs/reliability.md``, "The judge")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.worker.evaluator import EvalSettings, Evaluator
+
+HERE = Path(__file__).parent
+ADVERSARIAL, CANDIDATES, WORKLOADS = HERE / "adversarial", HERE / "candidates", HERE / "workloads"
+WORKLOAD = WORKLOADS / "linear_allreduce.py"
+
+#: candidate -> (status, text the result must contain)
+CAUGHT = {
+    "forges_clock": ("rejected", "own clock disagrees with the judge's"),
+    "finds_reference_via_gc": ("incorrect", "elements outside"),
+    "switches_on_tf32": ("rejected", "precision flags"),
+    "computes_tf32_quietly": ("incorrect", "outside"),
+    "computes_bf16": ("incorrect", "outside"),
+}
+
+
+@pytest.fixture(scope="module")
+def unfiltered():
+    settings = EvalSettings.for_device("cpu", static_check=False, timing_budget_s=0.2, min_iters=5, load_timeout_s=20.0, trials=3)
+    with Evaluator("cpu", settings) as ev:
+        yield ev
+
+
+def _text(result) -> str:
+    return "\n".join([result.summary(), result.error.message if result.error else ""] + [c.message for t in result.trials for c in t.ranks])
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT))
+def test_attack_fails_without_the_static_checker(unfiltered, name):
+    status, text = CAUGHT[name]
+    result = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / f"{name}.py", world_size=2)
+    assert result.status == status, result.summary()
+    assert text in _text(result), _text(result)
+
+
+@pytest.mark.xfail(strict=False, reason="an open hole, intermittent on CI's two cores: one clean run credited the collective-slowing "
+                   "candidate 4.96x (reference 2.4 ms against ~0.5 ms) and another doubled the reference's median beside a stopped "
+                   "spinner (docs/reliability.md, 'What is still not enforced')")
+def test_the_reference_cannot_be_slowed_from_the_candidates_process(unfiltered):
+    """Slowing the collectives or spinning the CPU beside the reference: the reference runs in
+    other processes, and the candidate's are stopped while it is timed."""
+    honest = unfiltered.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
+    assert honest.correct, honest.summary()
+    slowed = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / "slows_reference_collective.py", world_size=2)
+    assert slowed.correct, slowed.summary()
+    assert slowed.timing.speedup < 2.5, slowed.summary()  # 11.9x on the judge of version 1
+    try:
+        spun = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / "spins_while_reference_timed.py", world_size=2)
+    finally:
+        unfiltered.pools[2].kill()  # the spinning children live as long as the pool
+    # Its spinning child slows the candidate's own blocks (and may make its clock disagree with the
+    # judge's), never the reference's: nothing of it ran while the reference was timed.
+    assert "escaped the stop" not in _text(spun), spun.summary()
+    assert spun.status in ("correct", "rejected"), spun.summary()
+    if spun.timing is not None:
+        # The reference's fastest calls (a spinner running beside it would slow every one; the
+        # medians doubled in two CI runs, 0.52 -> 1.06 ms, with the fastest calls 0.18 -> 0.22 ms: an open
+        # question in docs/reliability.md).
+        def fastest(result) -> float:
+            return max(s.min_ms for s in result.timing.reference)
+
+        assert fastest(spun) < 2 * max(fastest(honest), fastest(slowed)), (spun.summary(), honest.summary())
