@@ -17,8 +17,10 @@ from .coalesce import COALESCE_HELPER, coalesce_allreduces
 from .depthwise import DEPTHWISE_HELPER, depthwise_conv
 from .fused_matmul import FUSED_MATMUL_HELPER, fused_ag_matmul
 from .gather import GATHER_HELPER, gather_into_tensor
+from .overlap.rewrite import OVERLAP_HELPER, overlap_rewrite
 from .prefetch import PREFETCH_HELPER, prefetch_exchange
-from .rewrites import SYMM_ALLREDUCE_HELPER, count_calls, rename_collective
+from .rewrites import count_calls, rename_collective
+from .symm_allreduce import symm_allreduce_helper
 
 #: Rewrites that restructure the reference's source: name -> (rewrite returning the new source
 #: and how many calls it changed, the helpers it needs, why it does not apply when it changed none).
@@ -30,6 +32,7 @@ SOURCE_REWRITES = {
     "prefetch_exchange": (prefetch_exchange, PREFETCH_HELPER, "the reference has no loop whose carried state a point-to-point exchange passes on"),
     "few_bin_count": (few_bin_count, BINCOUNT_HELPER, "the reference calls no torch.bincount"),
     "split_causal_attention": (split_causal_attention, SPLIT_ATTENTION_HELPER, "the reference passes no bottom-right causal mask to scaled_dot_product_attention"),
+    "overlap": (overlap_rewrite, OVERLAP_HELPER, "the reference has no collective that kloom's comm kernels fuse with the computation around it"),
 }
 
 
@@ -179,16 +182,17 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
     """The candidate source for ``params``:
 
     - ``wrapper``: ``none`` | ``graph`` | ``compile`` | ``compile_graph``
-    - ``compile_mode``: a ``torch.compile`` mode (``default``, ``reduce-overhead``, ``max-autotune-no-cudagraphs``)
+    - ``compile_mode``: a ``torch.compile`` mode (``default``, ``reduce-overhead``, ``max-autotune``, ``max-autotune-no-cudagraphs``)
     - ``compile_options``: inductor options (instead of a mode)
     - ``rewrites``: ``["symm_allreduce"]``, with ``symm_max_bytes`` and ``symm_algo`` (``one_shot`` | ``two_shot``);
-      ``["coalesce_allreduce"]``: independent all-reduces merged into one (``coalesce.py``);
-      ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather.py``);
-      ``["depthwise_conv"]``: depthwise conv1d/conv2d as shifted multiply-adds inductor can fuse (``depthwise.py``)
-      ``["fused_ag_matmul"]``: all-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (``fused_matmul.py``)
-      ``["prefetch_exchange"]``: a loop-carried point-to-point exchange issued one iteration early on a side stream (``prefetch.py``)
-      ``["few_bin_count"]``: ``torch.bincount`` into a few bins by comparison and column sums (``bincount.py``)
-      ``["split_causal_attention"]``: bottom-right causal attention as an unmasked and a square causal piece (``attention.py``)
+      ``["coalesce_allreduce"]``: independent all-reduces merged into one (``coalesce/``);
+      ``["gather_into_tensor"]``: list all-gather + cat as one all_gather_into_tensor (``gather/``);
+      ``["depthwise_conv"]``: depthwise conv1d/conv2d as shifted multiply-adds inductor can fuse (``depthwise/``)
+      ``["fused_ag_matmul"]``: all-gather + matmul / matmul + reduce-scatter as symmetric-memory fused ops (``fused_matmul/``)
+      ``["prefetch_exchange"]``: a loop-carried point-to-point exchange issued one iteration early on a side stream (``prefetch/``)
+      ``["few_bin_count"]``: ``torch.bincount`` into a few bins by comparison and column sums (``bincount/``)
+      ``["split_causal_attention"]``: bottom-right causal attention as an unmasked and a square causal piece (``attention/``)
+      ``["overlap"]``: collectives fused with the matmuls and norms around them by kloom's comm kernels (``overlap/``)
     - ``warmup``: warm-up calls before a graph capture
     - ``chunks``/``streams``/``inner``: for the ``chunks`` wrapper (row slices pipelined on streams)
     - ``dynamic``: compile with dynamic shapes (steps whose shapes change between calls)
@@ -201,9 +205,7 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
                 raise NotApplicable("the reference calls no torch.distributed.all_reduce to rewrite")
             body_source, _ = rename_collective(body_source, "all_reduce", "_kloom_all_reduce")
             body_source += "\n"
-            helpers += SYMM_ALLREDUCE_HELPER.format(
-                max_bytes=int(params.get("symm_max_bytes", 8 << 20)), algo=params.get("symm_algo", "one_shot")
-            )
+            helpers += symm_allreduce_helper(int(params.get("symm_max_bytes", 8 << 20)), params.get("symm_algo", "one_shot"))
         elif rewrite in SOURCE_REWRITES:
             apply, helper, why_not = SOURCE_REWRITES[rewrite]
             body_source, changed = apply(body_source)
@@ -236,7 +238,8 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
         fn_expr, body = "self._kloom_eager", _BODY_DIRECT
     elif wrapper == "compile":
         fn_expr = compile_expr
-        body = _BODY_COMPILED_CLONE if (mode == "reduce-overhead" and not options) else _BODY_DIRECT
+        # Modes with CUDA graphs (cudagraph trees) reuse output buffers on the next call.
+        body = _BODY_COMPILED_CLONE if (mode in ("reduce-overhead", "max-autotune") and not options) else _BODY_DIRECT
     elif wrapper in ("graph", "compile_graph"):
         fn_expr = "self._kloom_eager" if wrapper == "graph" else compile_expr
         body = _BODY_GRAPH.format(warmup=int(params.get("warmup", 3)), mutated=list(mutated_inputs))

@@ -24,10 +24,13 @@ import hashlib
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
 from agents.roles import CoderOutput, PlanningContext, StrategyHint
+from kloom.workload_parts import candidate_base
 from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
 from .codegen import NotApplicable, render
+from .cudnn_tuning import WRAPPER as CUDNN_WRAPPER, candidate as cudnn_candidate
+from .triton_kernels.option import KERNEL_WRAPPERS, STRATEGY as KERNELS, kernel_candidate_for
 
 #: Statuses after which other options with the same wrapper are not worth their evaluation.
 _BROKEN = {"runtime_error", "crashed", "timeout", "compile_error"}
@@ -157,6 +160,11 @@ class OfflinePlanner:
                 continue  # measured on nearly this workload slower than what the job has
             if hint.close and not hint.exact and self._no_gain_nearby(hint.strategy, ctx):
                 continue  # won at a neighbouring size, but its strategy gains nothing on nearly this workload
+            if hint.strategy == KERNELS and not (hint.exact or hint.same_workload):
+                # Its kernels run only on the traced shapes (elsewhere it falls back to the
+                # reference); for this workload the strategy instantiates them from this trace,
+                # ranked by the knowledge base's evidence for it.
+                continue
             where = "this workload" if hint.same_workload else f"{hint.workload_name} (similarity {hint.similarity:.2f})"
             return Plan(
                 strategy="kb_reuse",
@@ -236,9 +244,16 @@ class OfflinePlanner:
 
 def offline_candidate(ctx: PlanningContext, params: dict, label: str) -> str:
     """The candidate the offline coder writes for an option: the reference's source, rewritten
-    and wrapped as ``params`` say."""
+    and wrapped as ``params`` say (or, for the kernel strategy, with kloom's kernels; for cuDNN
+    tuning, under cuDNN's autotuner)."""
+    # The workload's computation only: its harness (input builders, metadata) is not candidate code.
+    source = candidate_base(ctx.workload_source)
+    if params.get("wrapper") in KERNEL_WRAPPERS:
+        return kernel_candidate_for(source, Analysis.from_dict(ctx.analysis) if ctx.analysis else None, params, label)
+    if params.get("wrapper") == CUDNN_WRAPPER:
+        return cudnn_candidate(source, params, label)
     return render(
-        ctx.workload_source,
+        source,
         params,
         mutated_inputs=(ctx.analysis or {}).get("mutated_inputs", []),
         label=label,

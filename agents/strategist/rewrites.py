@@ -134,52 +134,6 @@ def count_calls(source: str, name: str) -> int:
     return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and is_module_call(n, name, modules, functions))
 
 
-#: Appended when ``all_reduce`` calls are rewritten: small sum all-reduces of contiguous CUDA
-#: tensors on the default group go through torch symmetric memory (peer-to-peer loads, no
-#: NVLink multicast), everything else through the original collective.
-SYMM_ALLREDUCE_HELPER = '''
-import torch as _kl_torch
-import torch.distributed as _kl_dist
-import torch.distributed._symmetric_memory as _kl_symm
-
-_KL_SYMM_MAX_BYTES = {max_bytes}
-_KL_SYMM_ALGO = "{algo}"
-_kl_symm_buffers = {{}}
-
-
-def _kloom_all_reduce(tensor, op=None, group=None, async_op=False):
-    nbytes = tensor.numel() * tensor.element_size()
-    eligible = (
-        tensor.is_cuda
-        and not async_op
-        and group is None
-        and (op is None or op == _kl_dist.ReduceOp.SUM)
-        and tensor.is_contiguous()
-        and 0 < nbytes <= _KL_SYMM_MAX_BYTES
-        and _kl_dist.get_world_size() > 1
-    )
-    if not eligible:
-        if op is None:
-            return _kl_dist.all_reduce(tensor, group=group, async_op=async_op)
-        return _kl_dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
-    group_name = _kl_dist.group.WORLD.group_name
-    key = (tensor.numel(), tensor.dtype, tensor.device)
-    buffer = _kl_symm_buffers.get(key)
-    if buffer is None:
-        _kl_symm.enable_symm_mem_for_group(group_name)
-        buffer = _kl_symm.empty(tensor.numel(), dtype=tensor.dtype, device=tensor.device)
-        _kl_symm.rendezvous(buffer, group_name)
-        _kl_symm_buffers[key] = buffer
-    buffer.copy_(tensor.reshape(-1))
-    if _KL_SYMM_ALGO == "two_shot":
-        _kl_torch.ops.symm_mem.two_shot_all_reduce_(buffer, "sum", group_name)
-        tensor.copy_(buffer.view_as(tensor))
-    else:
-        tensor.copy_(_kl_torch.ops.symm_mem.one_shot_all_reduce(buffer, "sum", group_name).view_as(tensor))
-    return None
-'''
-
-
 _BLOCK_FIELDS = ("body", "orelse", "finalbody")
 
 
@@ -190,3 +144,15 @@ def statement_blocks(tree: ast.AST):
             block = getattr(node, name, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
                 yield node, name, block
+
+
+def apply_rewriter(source: str, rewriter_class) -> tuple[str, int]:
+    """``source`` after ``rewriter_class(tree).run()`` and how many places it changed; the
+    source itself, untouched, when it changed none."""
+    tree = ast.parse(source)
+    rewriter = rewriter_class(tree)
+    rewriter.run()
+    if not rewriter.count:
+        return source, 0
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n", rewriter.count

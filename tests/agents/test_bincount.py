@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from agent_helpers import planning_context
+from agent_helpers import fresh_runtime, planning_context
 
 from agents.analysis import Analysis, build_analysis
 from agents.strategist import OfflinePlanner
-from agents.strategist.bincount import BINCOUNT_HELPER, few_bin_count
+from agents.strategist.bincount import few_bin_count
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import render, source_rewrites
 from kloom.suite import find
@@ -43,8 +43,7 @@ def test_other_calls_stay_as_they_are():
 
 
 def _helper() -> dict:
-    scope: dict = {}
-    exec(compile(BINCOUNT_HELPER, "<helper>", "exec"), scope)
+    scope = fresh_runtime("agents.strategist.bincount.runtime")  # the module the candidate copies
     return scope
 
 

@@ -13,13 +13,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from agent_helpers import planning_context
+from agent_helpers import fresh_runtime, planning_context
 
 from agents.analysis import Analysis, build_analysis
 from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
-from agents.strategist.depthwise import DEPTHWISE_HELPER, depthwise_conv
+from agents.strategist.depthwise import depthwise_conv
 from kloom.suite import find
 from services.worker.evaluator.static_check import check_candidate
 
@@ -104,8 +104,7 @@ def test_suite_workloads_with_dense_convolutions_get_no_such_option():
 def _helpers(calls: list | None = None) -> dict:
     """The helper's namespace; its fallback convolutions are recorded in ``calls`` when given
     (then a depthwise case that fell back would show up there)."""
-    scope: dict = {}
-    exec(compile(DEPTHWISE_HELPER, "<helper>", "exec"), scope)
+    scope = fresh_runtime("agents.strategist.depthwise.runtime")  # the module the candidate copies
     if calls is not None:
 
         def record(name):

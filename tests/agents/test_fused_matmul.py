@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from agent_helpers import fresh_runtime
 
 from agents.analysis import Analysis
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
-from agents.strategist.fused_matmul import FUSED_MATMUL_HELPER, fused_ag_matmul
+from agents.strategist.fused_matmul import fused_ag_matmul
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.evaluator.static_check import check_candidate
@@ -200,8 +201,7 @@ def test_render_refuses_a_reference_with_nothing_to_fuse():
 
 # The helpers ----------------------------------------------------------------------------------------------------
 def _helpers() -> dict:
-    namespace: dict = {}
-    exec(FUSED_MATMUL_HELPER, namespace)  # the helpers on their own, as the candidate defines them
+    namespace = fresh_runtime("agents.strategist.fused_matmul.runtime")  # the module the candidate copies
     return namespace
 
 

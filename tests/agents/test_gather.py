@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from agent_helpers import fresh_runtime
 
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
-from agents.strategist.gather import GATHER_HELPER, gather_into_tensor
+from agents.strategist.gather import gather_into_tensor
 from kloom.suite import find
 
 DATA = Path(__file__).parents[1] / "kb" / "data"
@@ -46,8 +47,7 @@ def test_a_gather_whose_list_is_not_concatenated_is_left_alone():
 
 
 def _helpers() -> dict:
-    scope: dict = {}
-    exec(compile(GATHER_HELPER, "<helper>", "exec"), scope)
+    scope = fresh_runtime("agents.strategist.gather.runtime")  # the module the candidate copies
     return scope
 
 

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from agent_helpers import planning_context
+from agent_helpers import fresh_runtime, planning_context
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from agents.analysis import build_analysis, untraced_analysis
 from agents.strategist import OfflinePlanner
-from agents.strategist.attention import SPLIT_ATTENTION_HELPER, split_causal_attention
+from agents.strategist.attention import split_causal_attention
 from agents.strategist.codegen import render, source_rewrites
 from kloom.suite import find
 from services.worker.evaluator.static_check import check_candidate
@@ -48,8 +48,7 @@ def test_without_a_lower_right_bias_in_the_module_nothing_is_renamed():
 
 
 def _helper(calls: list | None = None) -> dict:
-    scope: dict = {}
-    exec(compile(SPLIT_ATTENTION_HELPER, "<helper>", "exec"), scope)
+    scope = fresh_runtime("agents.strategist.attention.runtime")  # the module the candidate copies
     if calls is not None:
 
         def sdpa(*args, **kwargs):

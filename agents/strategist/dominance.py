@@ -1,0 +1,87 @@
+"""Which operators dominate a traced step, by the roofline of each node of its op graph: the
+share of the step's floor time spent in products, in convolutions, and in everything else.
+Strategies that act on products and convolutions (``cudnn_tuning``, ``max_autotune``) scale
+their priors with it and say it in their rationale, so the plan tries first what acts on most of
+the step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agents.analysis import Analysis
+from kloom.opgraph import VIEW_OPS, OpGraph
+
+#: The machine the floor assumes (an H100's float32 CUDA-core rate and HBM bandwidth); only the
+#: shares are used, so the absolute rates matter little.
+FLOPS_PER_MS = 60e9
+BYTES_PER_MS = 3e9
+_PRODUCTS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
+_SIZES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}
+
+
+@dataclass(frozen=True)
+class Dominance:
+    """Shares (0..1) of the step's roofline time."""
+
+    products: float
+    convolutions: float
+
+    @property
+    def heavy(self) -> float:
+        return self.products + self.convolutions
+
+
+def _bytes(graph: OpGraph, tensors) -> int:
+    return sum(graph.tensors[t].numel * _SIZES.get(graph.tensors[t].dtype, 4) for t in tensors if t in graph.tensors)
+
+
+def _flops(graph: OpGraph, node) -> int:
+    out = graph.tensors.get(node.outputs[0]) if node.outputs and node.outputs[0] is not None else None
+    if out is None:
+        return 0
+    args = node.tensor_args()
+    if node.op in _PRODUCTS:
+        a = graph.tensors[args[-2] if node.op in ("aten::addmm", "aten::baddbmm") else args[0]]
+        return 2 * out.numel * a.shape[-1]
+    if node.op == "aten::convolution":
+        weight = graph.tensors[args[1]]
+        groups = node.arg("groups", 1) or 1
+        if node.arg("transposed"):
+            per_output = weight.shape[0] // groups * math.prod(weight.shape[2:])
+        else:
+            per_output = math.prod(weight.shape[1:])
+        return 2 * out.numel * per_output
+    return 0
+
+
+def dominance(graph: OpGraph | None) -> Dominance:
+    """The shares of the step's roofline time in products and convolutions (0, 0 untraced)."""
+    if graph is None or not graph.nodes:
+        return Dominance(0.0, 0.0)
+    times = {"product": 0.0, "conv": 0.0, "other": 0.0}
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            continue  # a view moves no data
+        moved = _bytes(graph, set(node.tensor_args()) | {t for t in node.outputs if t is not None})
+        ms = max(_flops(graph, node) / FLOPS_PER_MS, moved / BYTES_PER_MS)
+        kind = "product" if node.op in _PRODUCTS else "conv" if node.op == "aten::convolution" else "other"
+        times[kind] += ms
+    total = sum(times.values()) or 1.0
+    return Dominance(times["product"] / total, times["conv"] / total)
+
+
+def overlap_share(a: Analysis) -> float:
+    """The share of the unoverlapped time that overlapping communication with compute can hide."""
+    t = a.roofline_terms or {}
+    link, work = t.get("link_ms") or 0.0, max(t.get("compute_ms") or 0.0, t.get("hbm_ms") or 0.0)
+    total = link + work
+    return min(link, work) / total if total > 0 else 0.0
+
+
+def launch_bound(a: Analysis) -> float:
+    """How much of the reference's time is likely host launch overhead (0..1)."""
+    if not a.reference_ms:
+        return 0.5
+    launch_ms = 0.008 * max(a.n_kernels, 1)  # ~8 us of host work per eager kernel launch
+    return min(1.0, launch_ms / a.reference_ms)

@@ -1,0 +1,197 @@
+"""Elementwise chains in the op graph, compiled to the kernels' elementwise program.
+
+``follow(view, start, ...)`` grows, from the value ``start``, the longest run of elementwise
+nodes (``lowering.py``) that keep ``start``'s shape and read, besides values of the run, only
+tensors that do not depend on it (the operands: per-channel biases, masks, other inputs). A
+kernel computes ``start`` (a reduction's result, a normalised row, a GEMM tile) or loads it, then
+applies the chain's program before it stores: the chain's intermediates never reach memory.
+
+This is the piece other templates share: a GEMM template calls ``follow`` on its product to get
+its epilogue (``Chain.program``/``scalars``/``operands``), and its kernel runs ``ew_run`` from
+``kernels/elementwise/program.py`` on the accumulator with the operands loaded by ``ew_load``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernels.elementwise.opcodes import EW_MAX_OPERANDS, EW_OPERAND, EW_OPS, EW_REGISTERS, EW_SCALAR
+
+from .lowering import FLOAT_DTYPES, MicroOp, lower
+from .templates import GraphView
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A run of elementwise nodes compiled to one program."""
+
+    start: int  # the tensor id flowing in (the program's registers start as it)
+    nodes: frozenset[int]
+    output: int  # the tensor id of the chain's result
+    operands: tuple[int, ...]  # tensor ids the kernel loads as operands 0.. (by the output's flat index)
+    program: tuple[int, ...]
+    scalars: tuple[float, ...]
+    dtype: str  # the result's dtype
+
+    @property
+    def steps(self) -> int:
+        return len(self.program) // 4
+
+
+def _depends_on(view: GraphView, tid, values: set, memo: dict) -> bool:
+    """Whether tensor ``tid`` is computed from any of ``values``."""
+    if tid in values:
+        return True
+    if tid in memo:
+        return memo[tid]
+    memo[tid] = False
+    producer = view.producer.get(tid)
+    if producer is not None:
+        memo[tid] = any(_depends_on(view, t, values, memo) for t in view.node(producer).tensor_args())
+    return memo[tid]
+
+
+def follow(
+    view: GraphView, start: int, *, operands: tuple[int, ...] = (), owned: bool = True, first: int = 0, max_nodes: int = 64
+) -> Chain | None:
+    """The elementwise chain that continues from ``start``, or None when no node does.
+
+    ``operands``: tensors the kernel already loads as operands (a standalone chain loads its
+    ``start`` as operand 0). ``owned``: every reader of ``start`` must be in the chain (it is
+    made by the same kernel, which will not store it); otherwise ``start`` is read from memory,
+    and other readers of it alone are passed by. ``first``: the first node the chain may take."""
+    shape = view.tensor(start).shape
+    values = {start}
+    nodes: list[int] = []
+    memo: dict = {}
+    # A start read from memory may feed the operands too (``x / norm(x)``); one the kernel makes may not.
+    made = values if owned else set()
+    for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:
+        if len(nodes) >= max_nodes:
+            break
+        if not view.free(node.index):
+            continue
+        reads = node.tensor_args()
+        touched = [t for t in reads if t in values]
+        if not touched:
+            continue
+        out = node.outputs[0] if node.outputs else None
+        ops = lower(node, lambda t: view.tensor(t).dtype)
+        foreign_write = any(old not in values or old == start for old, _ in node.writes)
+        if ops is None or out is None or foreign_write or view.tensor(out).shape != shape or any(
+            t not in values and _depends_on(view, t, made, memo) for t in reads
+        ):
+            if owned or any(t != start for t in touched):
+                break  # the chain cannot go past a node that needs its values but cannot join it
+            continue
+        nodes.append(node.index)
+        values.add(out)
+        values.update(new for _, new in node.writes)
+        made = values if owned else values - {start}
+        memo.clear()
+    return _best_prefix(view, start, nodes, operands, owned)
+
+
+def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned: bool) -> Chain | None:
+    """The longest prefix of ``nodes`` whose values, but its last, are read only inside it and
+    whose program fits the registers and operands."""
+    while nodes:
+        chain = compile_nodes(view, start, nodes, operands, owned)
+        if chain is not None:
+            return chain
+        nodes = nodes[:-1]
+    return None
+
+
+def compile_nodes(view: GraphView, start: int, nodes: list[int], operands: tuple[int, ...] = (), owned: bool = False) -> Chain | None:
+    """The chain of exactly ``nodes`` (in graph order) from ``start``, or None when a value of
+    theirs other than the last is read elsewhere, or the program does not fit."""
+    members = set(nodes)
+    final = view.node(nodes[-1]).outputs[0]
+    made = {t for i in nodes for t in view.node(i).outputs if t is not None} | {new for i in nodes for _, new in view.node(i).writes}
+    for tid in made | ({start} if owned else set()):
+        if tid == final:
+            continue
+        if tid in view.returned or any(u not in members for u in view.users(tid)):
+            return None  # an intermediate read outside the chain would have to be stored
+    if view.tensor(final).dtype not in FLOAT_DTYPES:
+        return None
+    micro = [op for i in nodes for op in lower(view.node(i), lambda t: view.tensor(t).dtype)]
+    return _allocate(view, start, nodes, final, micro, operands)
+
+
+def _allocate(view: GraphView, start: int, nodes: list[int], final: int, micro: list[MicroOp], operands) -> Chain | None:
+    """Registers for the micro-ops' values (each freed after its last read), operand slots for
+    the tensors read from outside, scalar slots for constants and parameters."""
+    shape = view.tensor(start).shape
+    # Versions of a value written in place are the value itself.
+    alias = {new: old for i in nodes for old, new in view.node(i).writes}
+
+    def canon(sym):
+        while sym in alias:
+            sym = alias[sym]
+        return sym
+
+    last_read: dict = {}
+    for k, op in enumerate(micro):
+        for ref in (op.a, op.b):
+            if ref is not None and ref[0] == "tensor":
+                last_read[canon(ref[1])] = k
+    register = {start: 0}
+    loaded = list(operands)
+    scalars: list[float] = []
+    program: list[int] = []
+
+    def reference(ref) -> int | None:
+        if ref is None:
+            return 0
+        if ref[0] == "scalar":
+            scalars.append(ref[1])
+            return EW_SCALAR + len(scalars) - 1
+        sym = canon(ref[1])
+        if sym in register:
+            return register[sym]
+        info = view.graph.tensors.get(sym) if isinstance(sym, int) else None
+        if info is None or _broadcast(info.shape, shape) != tuple(shape):
+            return None
+        if sym not in loaded:
+            loaded.append(sym)
+        slot = loaded.index(sym)
+        return EW_OPERAND + slot if slot < EW_MAX_OPERANDS else None
+
+    for k, op in enumerate(micro):
+        a, b = reference(op.a), reference(op.b)
+        if a is None or b is None:
+            return None
+        if op.params:
+            b = EW_SCALAR + len(scalars)
+            scalars.extend(op.params)
+        live = {r for sym, r in register.items() if last_read.get(sym, -1) > k}
+        free = [r for r in range(EW_REGISTERS) if r not in live]
+        if not free:
+            return None
+        dst = free[0]
+        register = {sym: r for sym, r in register.items() if r != dst}
+        register[canon(op.out)] = dst
+        program += [EW_OPS[op.op].code, dst, a, b]
+    if register[canon(final)] != 0:
+        program += [EW_OPS["copy"].code, 0, register[canon(final)], 0]
+    return Chain(
+        start=start,
+        nodes=frozenset(nodes),
+        output=final,
+        operands=tuple(loaded),
+        program=tuple(program),
+        scalars=tuple(scalars),
+        dtype=view.tensor(final).dtype,
+    )
+
+
+def _broadcast(a: tuple, b: tuple) -> tuple | None:
+    """The broadcast shape of ``a`` and ``b``, or None when they do not broadcast."""
+    out = []
+    for x, y in zip((1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out)

@@ -1,0 +1,103 @@
+"""The kernel strategy's offer to the catalog: whether kloom's own kernels apply to a traced
+workload, with which templates, what that is worth, and why.
+
+Kernels run where Triton runs: on a CUDA device, or on the CPU under Triton's interpreter
+(``TRITON_INTERPRET=1``, which the evaluator passes to its ranks; the tests use it). Elsewhere
+(a CPU job without the interpreter) the strategy is not offered.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from agents.analysis import Analysis
+from kloom.opgraph import VIEW_OPS
+
+from ..codegen import NotApplicable
+from ..embed import EmbedError
+from .emit import NotReplayable, replay_problem
+from .plan import KernelPlan, find_matches, kernel_candidate, measured_kinds
+
+#: The strategy's name in plans, the trajectory and the knowledge base.
+STRATEGY = "triton_kernels"
+#: Its two candidates: the replay run operator by operator, and the replay compiled by inductor
+#: with the kernels' regions as opaque operators (``compiled.py``).
+PLAIN, COMPILED = "kernels", "kernels_compiled"
+KERNEL_WRAPPERS = (PLAIN, COMPILED)
+#: Inside a compiled step a region's rival is inductor's own code for it, so the hybrid keeps only
+#: regions of kinds measured at least this much faster than inductor (or not measured yet: the
+#: evaluator decides). On the H100, elementwise chains (1.07x) and reductions (1.03x) were not:
+#: after a convolution they cost inductor's channels-last layout (results/gpu/h100-kernels).
+HYBRID_MARGIN = 1.1
+
+
+@dataclass(frozen=True)
+class KernelOffer:
+    params: dict
+    score: float
+    rationale: str
+
+
+def kernels_can_run(device: str) -> bool:
+    return device == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _rationale(plan: KernelPlan, a: Analysis) -> str:
+    share = plan.saved_ms / plan.eager_ms if plan.eager_ms else 0.0
+    lead = "; ".join(m.rationale for m in plan.matches[:3])
+    more = f" (+{len(plan.matches) - 3} more region(s))" if len(plan.matches) > 3 else ""
+    skipped = f"; not used, measured slower than inductor: {', '.join(plan.skipped)}" if plan.skipped else ""
+    return (
+        f"kloom's Triton kernels for {len(plan.matches)} region(s) of the traced graph, the largest first: {lead}{more}; "
+        f"the roofline puts the memory traffic they save at ~{100 * share:.0f}% of the operators' eager traffic{skipped}"
+    )
+
+
+def _unclaimed_compute(plan: KernelPlan, a: Analysis) -> int:
+    """Operators of the step outside the kernels' regions that inductor could fuse or schedule."""
+    claimed = {i for m in plan.matches for i in m.nodes}
+    return sum(1 for n in a.op_graph.nodes if n.index not in claimed and n.op not in VIEW_OPS)
+
+
+def kernel_offers(a: Analysis) -> list[KernelOffer]:
+    """The kernel candidates for this structure, if any template matches the traced graph: the
+    plain replay, and the replay compiled by inductor around the kernels where operators outside
+    their regions are left for it to fuse (a convolution's epilogue, a GEMM's neighbours)."""
+    graph = a.op_graph
+    if graph is None or not kernels_can_run(a.device) or replay_problem(graph):
+        return []
+    wins = measured_kinds()
+    plan = find_matches(graph, wins=wins)
+    if not plan.matches:
+        return []
+    kinds = {m.kind for m in plan.matches}
+    proven = all(k in wins and wins[k].wins for k in kinds)
+    share = plan.saved_ms / plan.eager_ms if plan.eager_ms else 0.0
+    score = 0.55 + (0.35 if proven else 0.0) + 0.3 * min(share, 1.0) + (0.2 if a.dominant == "hbm" else 0.0)
+    rationale = _rationale(plan, a)
+    offers = [KernelOffer({"wrapper": PLAIN, "templates": plan.templates}, score, rationale)]
+    strong = sorted({m.template for m in plan.matches if m.kind not in wins or wins[m.kind].vs_inductor >= HYBRID_MARGIN})
+    hybrid = find_matches(graph, strong, wins=wins) if strong else None
+    rest = _unclaimed_compute(hybrid, a) if hybrid and hybrid.matches else 0
+    if rest:
+        why = (
+            f"{_rationale(hybrid, a)}; the {rest} operator(s) outside the kernels' regions compiled by inductor around them, "
+            f"each region an opaque operator inside the compiled step (only kinds measured >= {HYBRID_MARGIN}x inductor, or unmeasured)"
+        )
+        # Above the plain replay where inductor has something to fuse: a replay runs those
+        # operators one by one, with Python's dispatch between them.
+        offers.append(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"}, score + 0.02 * min(rest, 10), why))
+    return offers
+
+
+def kernel_candidate_for(source: str, analysis: Analysis | None, params: dict, label: str) -> str:
+    """The candidate for a kernel option (``NotApplicable`` when the traced graph no longer
+    gives one)."""
+    if analysis is None or analysis.op_graph is None:
+        raise NotApplicable("the reference was not traced into an op graph")
+    try:
+        mode = params.get("compile_mode", "default") if params.get("wrapper") == COMPILED else None
+        return kernel_candidate(source, analysis.op_graph, params.get("templates"), label, mode)
+    except (NotReplayable, EmbedError) as exc:
+        raise NotApplicable(str(exc)) from None

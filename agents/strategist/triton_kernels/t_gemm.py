@@ -1,0 +1,242 @@
+"""Templates: a product (``mm``/``bmm``/``addmm``) with what follows it, as one GEMM kernel
+(``kernels/gemm/matmul.py``: ``gemm``), and a convolution with its epilogue as one implicit GEMM
+(``kernels/conv/implicit_gemm.py``: ``conv_forward``).
+
+A GEMM region is the product, then a ``tril``/``triu`` of it, then the elementwise chain that
+follows (``chains.follow``; an ``addmm``'s bias is the chain's first step), then a softmax or
+log-softmax over its rows (when a row fits one tile) or a reduction of its rows (sum, mean,
+amax, amin, logsumexp). A convolution region is the convolution and its chain.
+
+What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDNN and inductor:
+
+- ``gemm_triangular``: a triangle of a product skips the tiles outside it, and triangular factors
+  (checked on the device) the K ranges where they hold zeros: less work, whatever the hardware.
+  Offered before it is measured;
+- ``gemm_fp32``, ``gemm_lowp`` (bfloat16/float16), ``conv_fp32``, ``conv_transposed_fp32``,
+  ``conv_lowp``: the same arithmetic as cuBLAS/cuDNN with fewer passes over memory for the
+  epilogue. Float32 products run on CUDA cores in full precision (no TF32), where cuBLAS's SGEMM
+  is hard to beat, so these are offered only where ``benchmarks/gpu/gemm_conv.py`` measured a win
+  (``offered_unmeasured = False``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from kloom.opgraph import decode_float
+
+from .chains import Chain, follow
+from .templates import GraphView, Match, RegionCost, nbytes, register
+
+GEMM_MODULE = "kernels.gemm.matmul"
+CONV_MODULE = "kernels.conv.implicit_gemm"
+#: The widest row a softmax after the product may have (``kernels.gemm.matmul.GEMM_MAX_ROW_TILE``).
+MAX_ROW_TILE = 1024
+#: Row operators the GEMM finishes in its tile, by aten name.
+ROW_OPS = {"aten::_softmax": "softmax", "aten::_log_softmax": "log_softmax"}
+REDUCTIONS = {"aten::sum": "sum", "aten::mean": "mean", "aten::amax": "max", "aten::amin": "min", "aten::logsumexp": "logsumexp"}
+KERNEL_DTYPES = ("float32", "bfloat16", "float16")
+#: The first step of an ``addmm``'s chain: ``x + bias`` with the bias as operand 0 (opcodes.py).
+_ADD_BIAS = (60, 0, 0, 4)
+
+
+def _ints(value) -> list | None:
+    if isinstance(value, dict) and "list" in value:
+        items = [decode_float(v) for v in value["list"]]
+        return items if all(isinstance(v, int) for v in items) else None
+    return [value] if isinstance(value, int) else None
+
+
+def _chain_post(chain: Chain | None, read, prefix: tuple = (), loaded: tuple = ()) -> str:
+    """The ``post`` argument for a chain (``prefix`` steps run before it, reading ``loaded``
+    operands that the chain's own operands start with)."""
+    if chain is None and not prefix:
+        return "None"
+    program = prefix + (chain.program if chain else ())
+    operands = chain.operands if chain else loaded
+    scalars = chain.scalars if chain else ()
+    return f"([{', '.join(read(t) for t in operands)}], {program!r}, {scalars!r})"
+
+
+class _KindTemplate:
+    """A template whose regions start at one of ``ops`` and are claimed for one kind (the
+    region's kind decides which of the kind templates takes it)."""
+
+    ops: tuple[str, ...] = ()
+
+    def __init__(self, kind: str, priority: int, offered_unmeasured: bool):
+        self.name = f"{kind}_epilogue"
+        self.kind = kind
+        self.priority = priority
+        self.offered_unmeasured = offered_unmeasured
+
+    def match(self, view: GraphView) -> list[Match]:
+        matches = []
+        for node in view.graph.nodes:
+            if not view.free(node.index) or node.op not in self.ops:
+                continue
+            match = self._region(view, node)
+            if match is not None and match.kind == self.kind:
+                matches.append(match)
+                view = view.with_claimed(match.nodes)
+        return matches
+
+    def _region(self, view: GraphView, node) -> Match | None:
+        raise NotImplementedError
+
+
+class GemmEpilogue(_KindTemplate):
+    """Claims ``mm``/``bmm``/``addmm`` nodes with their triangle, chain and row op."""
+
+    ops = ("aten::mm", "aten::bmm", "aten::addmm")
+
+    def _region(self, view: GraphView, node) -> Match | None:
+        if node.op == "aten::addmm":
+            bias, a, b = (node.arg(n) for n in ("self", "mat1", "mat2"))
+            if decode_float(node.arg("beta", 1)) != 1 or decode_float(node.arg("alpha", 1)) != 1:
+                return None
+        else:
+            bias, a, b = None, node.arg("self"), node.arg("mat2")
+        if not all(isinstance(v, dict) and "tensor" in v for v in (a, b)):
+            return None
+        a, b = a["tensor"], b["tensor"]
+        dtype = view.tensor(a).dtype
+        if dtype not in KERNEL_DTYPES or view.tensor(b).dtype != dtype:
+            return None
+        nodes = [node.index]
+        out = node.outputs[0]
+        tri = ""
+        user = view.only_user(out)
+        if bias is None and user is not None and view.free(user) and view.node(user).op in ("aten::tril", "aten::triu"):
+            diag = view.node(user).arg("diagonal", 0)
+            if isinstance(diag, int):
+                tri = f", {'tril' if view.node(user).op == 'aten::tril' else 'triu'}={diag}" + (", triangular_inputs=True" if diag == 0 else "")
+                nodes.append(user)
+                out = view.node(user).outputs[0]
+        loaded = (bias["tensor"],) if isinstance(bias, dict) else ()
+        if bias is not None and not loaded:
+            return None  # a scalar bias: not an addmm the program reads
+        chain = follow(view.with_claimed(frozenset(nodes)), out, operands=loaded)
+        if chain is not None:
+            nodes += sorted(chain.nodes)
+            out = chain.output
+        finish, final, keepdim = self._row(view, out)
+        if finish:
+            nodes.append(view.producer[final])
+        region_dtype = view.tensor(final).dtype
+        if region_dtype not in KERNEL_DTYPES:
+            return None
+        shape_a, shape_b = view.tensor(a).shape, view.tensor(b).shape
+        m, k, n = shape_a[-2], shape_a[-1], shape_b[-1]
+        batch = math.prod(view.tensor(node.outputs[0]).shape[:-2])
+        kind = "gemm_triangular" if tri else ("gemm_fp32" if dtype == "float32" else "gemm_lowp")
+        flops = 2 * batch * m * n * k // (6 if "triangular_inputs" in tri else 2 if tri else 1)
+        post_prefix = _ADD_BIAS if loaded else ()
+        reads = (a, b) + (chain.operands if chain else loaded)
+        cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
+        ops = len(chain.nodes) if chain else 0
+        why = self._why(kind, tri, batch, m, n, k, dtype, ops + bool(loaded), finish)
+        return Match(
+            template=self.name,
+            kind=kind,
+            nodes=frozenset(nodes),
+            outputs=(final,),
+            modules=(GEMM_MODULE,),
+            emit=lambda names: [
+                f"{names.define(final)} = gemm({names.read(a)}, {names.read(b)}, {_chain_post(chain, names.read, post_prefix, loaded)}"
+                f"{tri}{finish}, out_dtype=torch.{region_dtype})" + (".unsqueeze(-1)" if keepdim else "")
+            ],
+            cost=cost,
+            rationale=why,
+            params={"kind": kind, "m": m, "n": n, "k": k, "batch": batch, "epilogue_ops": ops, "finish": finish.strip(", ")},
+        )
+
+    @staticmethod
+    def _row(view: GraphView, out: int) -> tuple[str, int, bool]:
+        """A softmax or row reduction the tile can finish: (its keyword argument, its output,
+        whether the reduced dimension is kept)."""
+        user = view.only_user(out)
+        if user is None or not view.free(user):
+            return "", out, False
+        node = view.node(user)
+        shape = view.tensor(out).shape
+        last = len(shape) - 1
+        if node.op in ROW_OPS:
+            dim = node.arg("dim")
+            if isinstance(dim, int) and dim in (-1, last) and not node.arg("half_to_float") and shape[-1] <= MAX_ROW_TILE:
+                return f", row={ROW_OPS[node.op]!r}", node.outputs[0], False
+        if node.op in REDUCTIONS and node.overload in ("", "dim_IntList", "dim"):
+            dims = _ints(node.arg("dim"))
+            if dims in ([-1], [last]) and node.arg("dtype") is None and view.tensor(node.outputs[0]).dtype in KERNEL_DTYPES:
+                return f", reduce={REDUCTIONS[node.op]!r}", node.outputs[0], bool(node.arg("keepdim"))
+        return "", out, False
+
+    @staticmethod
+    def _why(kind: str, tri: str, batch: int, m: int, n: int, k: int, dtype: str, ops: int, finish: str) -> str:
+        shape = f"{'%d x ' % batch if batch > 1 else ''}{m}x{k} @ {k}x{n} {dtype}"
+        what = f"GEMM {shape}" + (" (full float32 on CUDA cores, no TF32)" if dtype == "float32" else "")
+        if tri:
+            return (
+                f"{what} of which only a triangle is kept: tiles outside it skip their K loop"
+                + (", and triangular factors (checked on the device) only their overlapping K range (a sixth of the work)" if "triangular_inputs" in tri else "")
+            )
+        done = f"{ops} epilogue op(s)" + (f" and the row {finish.split('=')[1].strip(chr(39))}" if finish else "")
+        return f"{what} with {done} applied in registers before its one store (no pass over the product per op)"
+
+
+class ConvEpilogue(_KindTemplate):
+    """Claims ``convolution`` nodes with the elementwise chain after them."""
+
+    ops = ("aten::convolution",)
+
+    def _region(self, view: GraphView, node) -> Match | None:
+        x, w, bias = node.arg("input"), node.arg("weight"), node.arg("bias")
+        if not (isinstance(x, dict) and "tensor" in x and isinstance(w, dict) and "tensor" in w):
+            return None
+        x, w = x["tensor"], w["tensor"]
+        dtype = view.tensor(x).dtype
+        if dtype not in KERNEL_DTYPES or view.tensor(w).dtype != dtype or len(view.tensor(x).shape) not in (3, 4, 5):
+            return None
+        if bias is not None and not (isinstance(bias, dict) and "tensor" in bias):
+            return None
+        settings = [node.arg(n) for n in ("stride", "padding", "dilation", "transposed", "output_padding", "groups")]
+        stride, padding, dilation, transposed, output_padding, groups = settings
+        if any(_ints(v) is None for v in (stride, padding, dilation, output_padding)) or not isinstance(groups, int):
+            return None
+        out = node.outputs[0]
+        chain = follow(view.with_claimed(frozenset([node.index])), out)
+        nodes = [node.index] + (sorted(chain.nodes) if chain else [])
+        final = chain.output if chain else out
+        kind = "conv_lowp" if dtype != "float32" else ("conv_transposed_fp32" if transposed else "conv_fp32")
+        k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
+        flops = 2 * view.tensor(out).numel * k
+        reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
+        cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
+        args = ", ".join(repr(_ints(v)) for v in (stride, padding, dilation))
+        ops = len(chain.nodes) if chain else 0
+        return Match(
+            template=self.name,
+            kind=kind,
+            nodes=frozenset(nodes),
+            outputs=(final,),
+            modules=(CONV_MODULE,),
+            emit=lambda names: [
+                f"{names.define(final)} = conv_forward({names.read(x)}, {names.read(w)}, {names.read(bias['tensor']) if bias else 'None'}, "
+                f"{args}, {bool(transposed)}, {_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)})"
+            ],
+            cost=cost,
+            rationale=(
+                f"{'transposed ' if transposed else ''}convolution {list(view.tensor(x).shape)} {dtype} as an implicit GEMM with its bias"
+                f" and {ops} epilogue op(s) in registers (one pass over the output)"
+            ),
+            params={"kind": kind, "epilogue_ops": ops, "groups": groups},
+        )
+
+
+#: Structure that saves work is offered at once; the same work done differently waits for the GPU
+#: benchmark's verdict.
+register(GemmEpilogue("gemm_triangular", 9, offered_unmeasured=True))
+register(GemmEpilogue("gemm_fp32", 10, offered_unmeasured=False))
+register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
+for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
+    register(ConvEpilogue(_kind, 12, offered_unmeasured=False))

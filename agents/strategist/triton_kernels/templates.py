@@ -1,0 +1,210 @@
+"""The template protocol: how a kernel of the library (``kernels/``) is instantiated by structure
+from the reference's op graph (``kloom.opgraph.OpGraph``).
+
+A **template** knows one kernel-shaped pattern of the graph (a row-wise softmax, a chain of
+elementwise ops, a GEMM with its epilogue, ...). Given the graph, it returns **matches**: each
+claims a region of nodes that one call of an embedded kernel computes, and says how to write that
+call. The strategist (``plan.py``) runs the registered templates in priority order, each seeing
+only the nodes no earlier match claimed, checks every match (``check_match``: the region must be
+replaceable as one statement), and the coder (``emit.py``) writes ``ModelNew.forward`` as the
+graph replayed operator by operator, with each matched region replaced by its statement, behind a
+guard that falls back to the reference's forward for inputs unlike the traced ones.
+
+To add a template (the GEMM and convolution templates plug in this way)::
+
+    class GemmEpilogue:
+        name = "gemm_epilogue"      # unique; plans and the trajectory name it
+        kind = "gemm"               # the key of the measured wins (kernels/wins.json)
+        priority = 10               # lower runs first (claims its nodes before later templates)
+
+        def match(self, view: GraphView) -> list[Match]:
+            ...  # find mm/addmm nodes not in view.claimed, extend with view.epilogue(...)
+
+    register(GemmEpilogue())
+
+A ``Match`` carries its ``emit`` function: given a ``Namer`` (tensor id -> Python expression for
+reads, a fresh variable name for the values it defines), it returns the statements (no
+indentation) that compute the match's ``outputs``, calling functions of the kernel modules it
+names in ``modules`` (dotted module paths under ``kernels``; their source is embedded in the
+candidate by ``embed.py``, so the statement calls their top-level names directly). Names in
+kernel modules are unique across the library (a test checks), so modules embed side by side.
+
+Templates read the graph only: they must not import ``kernels`` (which imports Triton; the
+strategist may run where Triton is not installed). What a kernel supports is stated here, on the
+plan side, and checked again by the kernel's launcher at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from kloom.opgraph import OpGraph, OpNode, TensorInfo
+
+
+class Namer(Protocol):
+    def read(self, tensor: int) -> str:
+        """A Python expression for the tensor ``tensor`` (defined before the statement)."""
+
+    def define(self, tensor: int) -> str:
+        """The variable the statement assigns the tensor ``tensor`` to."""
+
+
+@dataclass(frozen=True)
+class RegionCost:
+    """What a region must move and compute at least (its roofline), for ordering the plan."""
+
+    bytes: int
+    flops: int = 0
+
+    def ms(self, hbm_gbps: float = 3000.0, tflops: float = 60.0) -> float:
+        """The region's floor on a machine (default: an H100's HBM and fp32 rates)."""
+        return max(self.bytes / (hbm_gbps * 1e6), self.flops / (tflops * 1e9))
+
+
+@dataclass(frozen=True)
+class Match:
+    """A region of the graph that one embedded kernel call computes."""
+
+    template: str
+    kind: str
+    nodes: frozenset[int]  # the node indexes the region replaces
+    outputs: tuple[int, ...]  # the tensor ids it defines that code after it reads (or the step returns)
+    modules: tuple[str, ...]  # kernel modules whose source the candidate embeds, e.g. "kernels.softmax.kernel"
+    emit: Callable[[Namer], list[str]]
+    cost: RegionCost
+    rationale: str  # what the kernel does better than the operators it replaces
+    params: dict = field(default_factory=dict)  # what the statement was instantiated with (for the trajectory)
+    #: Tensors the statement writes in place as the replaced nodes did ((id before, id after)
+    #: pairs of those nodes' ``writes``: BatchNorm's running statistics).
+    writes: tuple[tuple[int, int], ...] = ()
+
+
+class Template(Protocol):
+    name: str
+    kind: str
+    priority: int
+    #: Whether the template is used before the GPU benchmark measured its kind (``plan.py``):
+    #: False for kernels that only pay where they beat the vendor libraries on that hardware.
+    offered_unmeasured: bool
+
+    def match(self, view: "GraphView") -> list[Match]:
+        """The regions of ``view.graph`` (outside ``view.claimed``) this template computes, best
+        first. They may overlap: the planner takes the first that passes ``check_match``, claims
+        its nodes and asks again."""
+
+
+class GraphView:
+    """The graph with the maps templates need, and the nodes earlier matches claimed."""
+
+    def __init__(self, graph: OpGraph, claimed: frozenset[int] = frozenset()):
+        self.graph = graph
+        self.claimed = claimed
+        self.producer = graph.producer()
+        self.consumers = graph.consumers()
+        self.returned = graph.output_ids()
+
+    def node(self, index: int) -> OpNode:
+        return self.graph.nodes[index]
+
+    def tensor(self, tid: int) -> TensorInfo:
+        return self.graph.tensors[tid]
+
+    def free(self, index: int) -> bool:
+        return index not in self.claimed
+
+    def users(self, tid: int) -> list[int]:
+        """The nodes that read tensor ``tid``."""
+        return self.consumers.get(tid, [])
+
+    def only_user(self, tid: int) -> int | None:
+        """The one node that reads ``tid`` when exactly one does and the step does not return it."""
+        users = self.users(tid)
+        if len(users) == 1 and tid not in self.returned:
+            return users[0]
+        return None
+
+    def aliased(self, tid: int) -> bool:
+        """Whether other values share ``tid``'s memory (views of it, or it of something; versions
+        of it written in place do not count): a kernel that writes a fresh tensor instead of
+        ``tid`` would then change what they see."""
+        storage = self.tensor(tid).storage
+        family = self._versions(tid)
+        return any(t.storage == storage and t.id not in family for t in self.graph.tensors.values())
+
+    def _versions(self, tid: int) -> set[int]:
+        """``tid`` and every version of the same tensor written in place."""
+        family = {tid}
+        changed = True
+        while changed:
+            changed = False
+            for n in self.graph.nodes:
+                for old, new in n.writes:
+                    if (old in family) != (new in family):
+                        family |= {old, new}
+                        changed = True
+        return family
+
+    def with_claimed(self, nodes: frozenset[int]) -> "GraphView":
+        view = GraphView.__new__(GraphView)
+        view.__dict__.update(self.__dict__)
+        view.claimed = self.claimed | nodes
+        return view
+
+
+class MatchError(ValueError):
+    """A match that cannot replace its region as one statement; the message says why."""
+
+
+def check_match(view: GraphView, match: Match) -> None:
+    """Raise ``MatchError`` unless the match's region can be computed by one statement placed at
+    the region's last node: its nodes are unclaimed, every value it makes that anything outside
+    it reads is among its outputs, no node outside it between its first and last node reads those
+    outputs, and it writes no tensor in place that something outside it can see."""
+    nodes = match.nodes
+    if not nodes:
+        raise MatchError(f"{match.template}: an empty region")
+    if nodes & view.claimed:
+        raise MatchError(f"{match.template}: nodes {sorted(nodes & view.claimed)} are claimed by another match")
+    last = max(nodes)
+    made = {t for i in nodes for t in view.node(i).outputs if t is not None}
+    for tid in made:
+        outside = [u for u in view.users(tid) if u not in nodes]
+        if (outside or tid in view.returned) and tid not in match.outputs:
+            raise MatchError(f"{match.template}: tensor {tid} made in the region is read outside it but is not an output")
+        if any(u < last for u in outside):
+            raise MatchError(f"{match.template}: tensor {tid} is read by node {min(outside)} before the region ends")
+    missing = set(match.outputs) - made
+    if missing:
+        raise MatchError(f"{match.template}: outputs {sorted(missing)} are not made in the region")
+    for i in nodes:
+        for written, new in view.node(i).writes:
+            if (written, new) in match.writes:
+                continue
+            if view.producer.get(written) not in nodes or view.aliased(written):
+                raise MatchError(f"{match.template}: node {i} writes tensor {written}, which code outside the region can see")
+
+
+#: The registered templates, by name.
+TEMPLATES: dict[str, Template] = {}
+
+
+def register(template: Template) -> Template:
+    """Add a template to the registry (its name must be new)."""
+    if template.name in TEMPLATES:
+        raise ValueError(f"a template named {template.name!r} is already registered")
+    TEMPLATES[template.name] = template
+    return template
+
+
+def ordered(names: list[str] | None = None) -> list[Template]:
+    """The registered templates (or those named), lowest priority value first."""
+    chosen = [TEMPLATES[n] for n in names if n in TEMPLATES] if names is not None else list(TEMPLATES.values())
+    return sorted(chosen, key=lambda t: (t.priority, t.name))
+
+
+def nbytes(info: TensorInfo) -> int:
+    """The bytes of one tensor value."""
+    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "bool": 1, "int8": 1, "uint8": 1}
+    return math.prod(info.shape) * size.get(info.dtype, 4)

@@ -1,0 +1,1 @@
+"""batchnorm kernels (see kernel.py)."""

@@ -1,0 +1,97 @@
+"""The implicit-GEMM convolution against cuDNN (eager, and with its autotuner) and inductor on
+one GPU, pattern by pattern: 2-D 3x3 with bias and ReLU in float32 and bfloat16, a strided
+transposed 2-D convolution, a 3-D convolution, a grouped one.
+
+    python kernels/conv/bench_conv.py --out "$OUT" [--patterns conv3d groups ...] [--budget-s 50]
+
+``--patterns``: only the patterns whose name contains one of these words (the others' results
+are known). Writes ``bench_conv.json`` and ``bench_conv.md`` under ``--out`` after every pattern
+and starts no pattern after ``--budget-s``. Correctness against the exact result is
+``verify_conv.py``'s.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
+from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
+from kernels.gemm.epilogue import gemm_chain  # noqa: E402
+
+
+#: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
+KINDS = frozenset({"conv_fp32", "conv_lowp", "conv_transposed_fp32"})
+
+def patterns():
+    dev = "cuda"
+    relu = ([], *gemm_chain("relu"))
+    for dtype, tol in ((torch.float32, (1e-4, 1e-4)), (torch.bfloat16, (1e-2, 1.6e-2))):
+        x, w, b = torch.randn(16, 64, 128, 128, device=dev, dtype=dtype), torch.randn(128, 64, 3, 3, device=dev, dtype=dtype), torch.randn(128, device=dev, dtype=dtype)
+        tag = str(dtype).replace("torch.", "")
+        yield f"conv2d 3x3 64->128 16x128x128 + relu {tag}", (lambda x=x, w=w, b=b: torch.relu(F.conv2d(x, w, b, 1, 1))), (
+            lambda x=x, w=w, b=b: conv_forward(x, w, b, 1, 1, 1, False, 0, 1, relu)), tol
+    x, w = torch.randn(8, 64, 64, 64, device=dev), torch.randn(64, 32, 4, 4, device=dev)
+    yield "conv_transpose2d 4x4 s2 64->32 8x64x64", lambda: F.conv_transpose2d(x, w, None, 2, 1), lambda: conv_forward(x, w, None, 2, 1, 1, True, 0, 1), (1e-4, 1e-4)
+    x, w = torch.randn(4, 32, 16, 64, 64, device=dev), torch.randn(64, 32, 3, 3, 3, device=dev)
+    yield "conv3d 3x3x3 32->64 4x16x64x64", lambda: F.conv3d(x, w, None, 1, 1), lambda: conv_forward(x, w, None, 1, 1, 1, False, 0, 1), (1e-4, 1e-4)
+    x, w = torch.randn(16, 128, 64, 64, device=dev), torch.randn(128, 16, 3, 3, device=dev)
+    yield "conv2d 3x3 groups=8 128->128 16x64x64", lambda: F.conv2d(x, w, None, 1, 1, 1, 8), lambda: conv_forward(x, w, None, 1, 1, 1, False, 0, 8), (1e-4, 1e-4)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
+    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
+    args = parser.parse_args()
+    command = " ".join(["python", "kernels/conv/bench_conv.py"] + sys.argv[1:])
+    started = time.perf_counter()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    rows = []
+    for name, eager, kloom, tol in selected(patterns(), args.patterns):
+        try:
+            if time.perf_counter() - started > args.budget_s:
+                raise TimeoutError("not started: over the time budget")
+            row = compare(name, eager, kloom, ("default",), tol)
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=False):
+                eager()
+                row["cudnn_benchmark_ms"] = bench_ms(eager)
+            rows.append(row)
+        except Exception as exc:  # one failing pattern is reported, the others still run
+            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        print(rows[-1], flush=True)
+        torch.cuda.empty_cache()
+        write(args.out, rows, command)
+
+
+def write(out: Path, rows: list[dict], command: str) -> None:
+    """The table so far (written after every pattern: a run cut short keeps what it measured)."""
+    lines = ["# Convolution kernel vs cuDNN and inductor", "",
+             f"`{command}` on {torch.cuda.get_device_name()}. Speedups over eager cuDNN; the error against eager in units of the "
+             "tolerance (at most 1 passes); **wrong**: outside it.", "",
+             "| pattern | eager ms | kloom (error/tol) | cudnn.benchmark | compile default |", "|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['pattern']} | error: {r['error']} | | | |")
+            continue
+        e = r["eager_ms"]
+        lines.append(
+            f"| {r['pattern']} | {e:.3f} | {e / r['kloom_ms']:.2f}x ({r['kloom_error']:.2g}){' **wrong**' if r['kloom_error'] > 1 else ''} | "
+            f"{e / r['cudnn_benchmark_ms']:.2f}x | {e / r['default_ms']:.2f}x{' **wrong**' if r['default_error'] > 1 else ''} |"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_conv.json").write_text(json.dumps(rows, indent=1))
+    (out / "bench_conv.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""cross_entropy kernels (see kernel.py)."""

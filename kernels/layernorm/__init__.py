@@ -1,0 +1,1 @@
+"""layernorm kernels (see kernel.py)."""

@@ -1,0 +1,1 @@
+"""reduce kernels (see kernel.py)."""

@@ -1,0 +1,1 @@
+"""scan kernels (see kernel.py)."""

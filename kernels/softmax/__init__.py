@@ -1,0 +1,1 @@
+"""softmax kernels (see kernel.py)."""

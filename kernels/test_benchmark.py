@@ -1,0 +1,35 @@
+"""The benchmark's verdicts: a kind wins only when every case of it was correct and did not crash
+and inductor's time over the kernel's has a geometric mean of at least 1; cases cut by the
+budget do not count; every kind the templates name is benchmarked."""
+
+from agents.strategist.triton_kernels.plan import find_matches  # noqa: F401  (registers every template)
+from agents.strategist.triton_kernels.templates import TEMPLATES
+from kernels.bench_all import FAMILIES
+from kernels.conv import bench_conv
+from kernels.gemm import bench_gemm
+from kernels.benchmark import markdown, wins_table
+
+
+def _row(kind, ratio, correct=True):
+    return {"kind": kind, "name": kind, "correct": correct, "error": 0.0, "eager_ms": 2.0, "inductor_ms": ratio, "kernel_ms": 1.0, "vs_eager": 2.0, "vs_inductor": ratio}
+
+
+def test_wins_need_every_case_correct_and_a_geomean_of_at_least_one():
+    rows = [
+        _row("a", 1.5), _row("a", 0.8),  # geomean 1.095: wins
+        _row("b", 1.5), _row("b", 2.0, correct=False),
+        _row("c", 1.2), {"kind": "c", "name": "x", "failure": "RuntimeError: out of resources"},
+        _row("d", 0.9),
+        _row("e", 1.1), {"kind": "e", "name": "y", "failure": "skipped: out of time"},
+    ]  # fmt: skip
+    kinds = wins_table(rows, "GPU", "cmd")["kinds"]
+    assert {k: v["wins"] for k, v in kinds.items()} == {"a": True, "b": False, "c": False, "d": False, "e": True}
+    assert kinds["a"]["cases"] == 2 and abs(kinds["a"]["vs_inductor"] - 1.0954) < 1e-3
+    table = markdown(rows, "GPU", "cmd")
+    assert "| a | a | yes" in table and "failed: RuntimeError" in table
+
+
+def test_every_template_kind_has_a_benchmark():
+    benchmarked = {case.kind for family in FAMILIES.values() for case in family.cases()}
+    benchmarked |= bench_gemm.KINDS | bench_conv.KINDS  # their own benchmarks: kernels/gemm, kernels/conv
+    assert {t.kind for t in TEMPLATES.values()} <= benchmarked

@@ -1,0 +1,209 @@
+"""The GEMM and convolution templates on traced references: what they claim, what they are
+offered for before and after the GPU benchmark's verdict, and candidates that compute what the
+reference does (run on the CPU under the Triton interpreter, and through the real evaluator)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agents.records import JobSpec, Limits
+from agents.strategist.triton_kernels import plan as kernel_plan
+from agents.strategist.triton_kernels.plan import WINS_FILE, Measured, find_matches, kernel_candidate, measured_kinds
+from kloom.opgraph import OpGraph
+from services.worker.evaluator.tracing import trace_call
+
+WON = {k: Measured(k, 1.2, True) for k in ("gemm_fp32", "gemm_lowp", "conv_fp32", "conv_transposed_fp32", "conv_lowp")}
+LOST = {k: Measured(k, 0.8, False) for k in WON}
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    # Kernel candidates run their Triton kernels on the CPU through the interpreter; the
+    # evaluator's ranks inherit the variable.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def measured_winning(monkeypatch):
+    """The GPU benchmark's verdict (``kernels/wins.json``) as if every GEMM/conv kind had won."""
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(WON))
+
+
+def graph_of(model, inputs) -> OpGraph:
+    return OpGraph.from_dict(trace_call(model, inputs)["op_graph"])
+
+
+class LinearChain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(24, 40)
+        self.scale = torch.nn.Parameter(torch.randn(40))
+
+    def forward(self, x):
+        return torch.tanh(F.hardtanh(F.gelu(self.linear(x)) * self.scale - 0.5, -1.0, 2.0))
+
+
+class LinearLogSumExp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(24, 70)
+
+    def forward(self, x):
+        return torch.logsumexp(torch.sigmoid(self.linear(x)), dim=1, keepdim=True)
+
+
+class TriangularProduct(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.tril(torch.matmul(a, b))
+
+
+class ConvChain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+        self.bias = torch.nn.Parameter(torch.randn(6, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+
+def run_candidate(source: str, model: torch.nn.Module, inputs: list):
+    """Execute a candidate file's ``ModelNew`` with the reference module's parameters."""
+    namespace: dict = {"Model": type(model)}
+    exec(compile(source, "<candidate>", "exec"), namespace)  # the test's own generated code
+    new = namespace["ModelNew"].__new__(namespace["ModelNew"])
+    torch.nn.Module.__init__(new)
+    new.__dict__.update({k: v for k, v in model.__dict__.items() if k != "training"})
+    with torch.no_grad():
+        return new(*inputs)
+
+
+def reference_source(cls) -> str:
+    import inspect
+
+    return "import torch\nimport torch.nn.functional as F\n\n" + inspect.getsource(cls).replace(f"class {cls.__name__}", "class Model")
+
+
+def test_a_float32_linear_layer_and_its_chain_become_one_gemm_only_once_measured_winning(measured_winning):
+    model, x = LinearChain(), torch.randn(33, 24)
+    graph = graph_of(model, [x])
+    plan = find_matches(graph, wins={})
+    assert not any(m.kind.startswith("gemm") for m in plan.matches)  # unmeasured: cuBLAS is hard to beat in float32
+    assert not any(m.kind.startswith("gemm") for m in find_matches(graph, wins=LOST).matches)
+    plan = find_matches(graph, wins=WON)
+    gemm = next(m for m in plan.matches if m.kind == "gemm_fp32")
+    ops = {graph.nodes[i].op for i in gemm.nodes}
+    assert {"aten::addmm", "aten::gelu", "aten::mul", "aten::sub", "aten::hardtanh", "aten::tanh"} <= ops
+    assert "no TF32" in gemm.rationale and "epilogue op" in gemm.rationale
+    source = kernel_candidate(reference_source(LinearChain), graph, ["gemm_fp32_epilogue"], "test")
+    assert "gemm(" in source and "def gemm_kernel" in source  # the kernel's own source is embedded
+    got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
+    torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+
+
+def test_a_row_reduction_after_the_product_is_finished_in_the_tile(measured_winning):
+    model, x = LinearLogSumExp(), torch.randn(33, 24)
+    graph = graph_of(model, [x])
+    gemm = next(m for m in find_matches(graph, wins=WON).matches if m.kind == "gemm_fp32")
+    assert gemm.params["finish"] == "reduce='logsumexp'"
+    source = kernel_candidate(reference_source(LinearLogSumExp), graph, ["gemm_fp32_epilogue"], "test")
+    got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
+    assert got.shape == (33, 1)
+    torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+
+
+def test_a_triangle_of_a_product_is_offered_before_any_measurement_and_stays_exact():
+    model = TriangularProduct()
+    a, b = torch.randn(48, 48).tril(), torch.randn(48, 48).tril()
+    graph = graph_of(model, [a, b])
+    match = next(m for m in find_matches(graph, wins={}).matches if m.kind == "gemm_triangular")
+    assert "triangle" in match.rationale and "checked on the device" in match.rationale
+    assert match.rationale.endswith("not measured on a GPU yet")
+    measured = {"gemm_triangular": Measured("gemm_triangular", 3.93, True, 3.96, "H100")}
+    match = next(m for m in find_matches(graph, wins=measured).matches if m.kind == "gemm_triangular")
+    assert "measured faster on H100: 3.93x inductor's speed, 3.96x eager's (kernels/wins.json)" in match.rationale
+    source = kernel_candidate(reference_source(TriangularProduct), graph, ["gemm_triangular_epilogue"], "test")
+    assert "triangular_inputs=True" in source
+    run = lambda *xs: run_candidate(source.replace("class Model(", "class _Reference("), model, list(xs))  # noqa: E731
+    torch.testing.assert_close(run(a, b), torch.tril(a @ b), atol=2e-5, rtol=2e-5)
+    full = torch.randn(48, 48)  # factors that are not triangular: the device check reads all of K
+    torch.testing.assert_close(run(full, b), torch.tril(full @ b), atol=2e-5, rtol=2e-5)
+
+
+def test_a_convolution_and_its_chain_become_one_implicit_gemm_only_once_measured_winning(measured_winning):
+    model, x = ConvChain(), torch.randn(2, 4, 9, 9)
+    graph = graph_of(model, [x])
+    assert not any(m.kind.startswith("conv") for m in find_matches(graph, wins={}).matches)
+    conv = next(m for m in find_matches(graph, wins=WON).matches if m.kind == "conv_fp32")
+    assert {graph.nodes[i].op for i in conv.nodes} == {"aten::convolution", "aten::relu", "aten::add"}
+    assert "measured faster: 1.20x inductor's speed" in conv.rationale
+    # A benchmark that forces the kind gets the region, and a rationale that claims no measurement.
+    forced = next(m for m in find_matches(graph, wins={}, force=frozenset({"conv_fp32"})).matches if m.kind == "conv_fp32")
+    assert "measured faster" not in forced.rationale and "not measured on a GPU: used because the caller asked" in forced.rationale
+    lost = next(m for m in find_matches(graph, wins=LOST, force=frozenset({"conv_fp32"})).matches if m.kind == "conv_fp32")
+    assert "measured slower: 0.80x inductor's speed" in lost.rationale
+    source = kernel_candidate(reference_source(ConvChain), graph, ["conv_fp32_epilogue"], "test")
+    got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
+    torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+
+
+def test_the_committed_gpu_verdicts_offer_the_triangle_and_keep_the_vendor_library_kinds_off():
+    """``kernels/wins.json``: the triangular GEMM measured a win on the H100; float32/bfloat16
+    products and the convolutions lost to cuBLAS/cuDNN (or were not measured) and stay off."""
+    wins = measured_kinds(WINS_FILE)
+    assert wins["gemm_triangular"].wins and wins["gemm_triangular"].vs_inductor > 1 and "H100" in wins["gemm_triangular"].measured_on
+    assert not any(wins[k].wins for k in WON if k in wins)
+    linear = graph_of(LinearChain(), [torch.randn(33, 24)])
+    assert not any(m.kind.startswith("gemm") for m in find_matches(linear, wins=wins).matches)
+    conv = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])
+    assert not any(m.kind.startswith("conv") for m in find_matches(conv, wins=wins).matches)
+
+
+WORKLOAD = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """The lower triangle of a product of lower-triangular matrices."""
+
+    def forward(self, A, B):
+        return torch.tril(torch.matmul(A, B))
+
+
+N = 64
+
+
+def get_inputs():
+    return [torch.rand(N, N).tril(), torch.rand(N, N).tril()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_the_offline_strategist_plans_the_triangular_kernel_and_the_evaluator_judges_it_correct(tmp_path):
+    from agents.loop import run_job
+    from agents.sinks import FileSink
+    from agents.strategist import OfflineCoder, OfflinePlanner
+    from services.worker.evaluator import EvalSettings, Evaluator
+
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    path = tmp_path / "tril_matmul.py"
+    path.write_text(WORKLOAD)
+    spec = JobSpec(workload=str(path), world_size=1, device="cpu", limits=Limits(max_iters=3), use_kb=False, profile="none")
+    settings = EvalSettings.for_device("cpu", trials=2, timing_budget_s=0.05, min_iters=2, max_iters=5)
+    with Evaluator("cpu", settings) as evaluator:
+        traj = run_job(spec, FileSink(tmp_path / "out"), evaluator=evaluator, planner=OfflinePlanner(), coder=OfflineCoder())
+    kernel_steps = [s for s in traj.steps if s.plan.strategy == "triton_kernels"]
+    assert kernel_steps, [s.plan.strategy for s in traj.steps]
+    step = kernel_steps[0]
+    assert step.status == "correct", (step.error, step.feedback)
+    assert "gemm_triangular_epilogue" in step.plan.params["templates"]
+    assert "triangle" in step.plan.rationale

@@ -1,0 +1,96 @@
+"""The hybrid kernel candidate: inductor compiles the replay and kloom's regions are opaque
+operators in it. Checked in process (two candidates in one process keep their own kernels) and
+under the real evaluator."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+
+import pytest
+import torch
+from kernel_helpers import WORKLOADS, load_workload, traced
+
+from agents.analysis import build_analysis
+from agents.strategist.triton_kernels import plan as kernel_plan
+from agents.strategist.triton_kernels.option import COMPILED, PLAIN, kernel_candidate_for, kernel_offers
+from services.worker.evaluator.static_check import check_candidate
+
+from .test_strategy import _analysis
+
+
+@pytest.fixture
+def unmeasured(monkeypatch, tmp_path):
+    """Every template offered, as before any GPU measurement."""
+    monkeypatch.setattr(kernel_plan, "WINS_FILE", tmp_path / "no_wins.json")
+
+
+def _candidate(name: str, mode: str | None = "default") -> str:
+    return kernel_plan.kernel_candidate((WORKLOADS / f"{name}.py").read_text(), traced(name), None, "test", mode)
+
+
+def _load(code: str, module_name: str):
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module  # inductor finds the compiled function's globals by module name
+    exec(compile(code, module_name, "exec"), module.__dict__)
+    return module
+
+
+def _flat(out) -> torch.Tensor:
+    return torch.cat([t.flatten().double() for t in (out if isinstance(out, (list, tuple)) else [out])])
+
+
+def test_two_compiled_candidates_in_one_process_keep_their_own_kernels(interpret, unmeasured):
+    # A custom operator registered again under a taken name silently replaces the first one's
+    # implementation: each import must take names of its own.
+    models = {}
+    for i, name in enumerate(["sum_then_chain", "cross_entropy"]):
+        code = _candidate(name)
+        assert check_candidate(code) == [], name
+        assert "torch.library.custom_op" in code and "torch.compile(self._kl_replay" in code
+        workload = load_workload(name)
+        torch.manual_seed(0)
+        models[name] = (workload, workload.Model(*workload.get_init_inputs()), _load(code, f"_kl_hybrid_{i}").ModelNew(*workload.get_init_inputs()))
+    for name, (workload, reference, candidate) in models.items():  # the first again, after the second registered
+        candidate.load_state_dict(reference.state_dict())
+        inputs = workload.get_inputs()
+        assert torch.allclose(_flat(candidate(*inputs)), _flat(reference(*inputs)), atol=1e-5, rtol=1e-5), name
+
+
+def test_offered_beside_the_plain_replay_only_where_operators_are_left_for_inductor(interpret, unmeasured):
+    offers = {o.params["wrapper"]: o for o in kernel_offers(_analysis("sum_then_chain"))}
+    assert set(offers) == {PLAIN}, "the kernels take every operator: nothing is left for inductor to fuse"
+    offers = {o.params["wrapper"]: o for o in kernel_offers(_analysis("linear_softmax"))}
+    assert set(offers) == {PLAIN, COMPILED}
+    assert offers[COMPILED].params["compile_mode"] == "default" and "compiled by inductor" in offers[COMPILED].rationale
+
+
+@pytest.mark.slow
+def test_the_hybrid_candidate_is_correct_under_the_real_evaluator(interpreted_evaluator, interpret, unmeasured, tmp_path):
+    path = tmp_path / "w.py"
+    shutil.copy(WORKLOADS / "linear_softmax.py", path)
+    traces = interpreted_evaluator.analyze(path, world_size=1)
+    analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
+    offer = next(o for o in kernel_offers(analysis) if o.params["wrapper"] == COMPILED)
+    code = kernel_candidate_for(path.read_text(), analysis, offer.params, "test")
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(code)
+    result = interpreted_evaluator.evaluate(path, candidate, world_size=1)
+    assert result.status == "correct", (result.status, result.error)
+
+
+def test_the_hybrid_keeps_only_kinds_that_beat_inductor_by_a_margin(interpret, monkeypatch, tmp_path):
+    # Inside a compiled step each region competes with inductor's code for it: a kind measured
+    # barely faster than inductor (elementwise 1.07x) is left to inductor there, not in the plain replay.
+    wins = tmp_path / "wins.json"
+    kinds = {"elementwise": {"vs_inductor": 1.07, "wins": True}, "softmax": {"vs_inductor": 1.6, "wins": True}}
+    wins.write_text(json.dumps({"kinds": kinds}))
+    monkeypatch.setattr(kernel_plan, "WINS_FILE", wins)
+    offers = {o.params["wrapper"]: o for o in kernel_offers(_analysis("linear_softmax"))}
+    assert offers[PLAIN].params["templates"] == ["elementwise_chain", "softmax"]
+    assert offers[COMPILED].params["templates"] == ["softmax"]
+    kinds["softmax"]["vs_inductor"] = 1.05
+    wins.write_text(json.dumps({"kinds": kinds}))
+    assert {o.params["wrapper"] for o in kernel_offers(_analysis("linear_softmax"))} == {PLAIN}, "no region left worth an opaque operator"
