@@ -13,7 +13,7 @@ from agents.records import Trajectory
 from agents.roles import KBAdvice
 from kloom.db import create_db_engine, session_factory, upgrade
 
-from . import store
+from . import advice as kb_advice, ingest as kb_ingest
 from .signature import environment_of
 
 
@@ -49,12 +49,12 @@ class KnowledgeBaseAdapter:
 
     def advice(self, trajectory: Trajectory) -> KBAdvice:
         gpu = str(environment_of(trajectory).get("gpu") or "")
-        source = store.read_workload_source(trajectory)
+        source = kb_ingest.read_workload_source(trajectory)
         with self.sessions() as session:
-            return store.advice(
+            return kb_advice.advice(
                 session, trajectory.analysis, trajectory.workload_sha256, trajectory.job.device, gpu, workload_source=source
             )
 
-    def ingest(self, trajectory: Trajectory) -> store.IngestReport:
+    def ingest(self, trajectory: Trajectory) -> kb_ingest.IngestReport:
         with self.sessions() as session:
-            return store.ingest(session, trajectory)
+            return kb_ingest.ingest(session, trajectory)

@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from kloom.db import Base, JSONType, UTCDateTime, utcnow
+from kloom.clock import utcnow
+from kloom.db import Base, JSONType, UTCDateTime
 
 from .confidence import wilson_lower_bound
 
@@ -87,6 +88,10 @@ class KBKernel(Base):
     rationale: Mapped[str] = mapped_column(Text, default="")
     model: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: The evaluator version that judged it (``EvalResult.evaluator_version``; "1" before it had one).
+    evaluator_version: Mapped[str] = mapped_column(String(32), default="1", server_default="1")
+    #: When ``kloom kb verify`` last judged it again and it still passed.
+    verified_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     job: Mapped[KBJob] = relationship(lazy="joined")
 

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 from fastapi.testclient import TestClient
 
-from kb import store
+from kb import ingest as kb_ingest
 from kloom.settings import Settings
 from services.db import keys
 from tests.kb.kb_trajectories import Tried, Workload, trajectory
@@ -35,7 +35,7 @@ def test_kernels_and_strategies_over_rest(pg_db, client):
         trajectory("job-b", moe, [Tried("cuda_graph", speedup=1.3)]),
     ):
         with pg_db.sessions() as s:
-            store.ingest(s, traj)
+            kb_ingest.ingest(s, traj)
     exported = ingest_real_kernel(pg_db.sessions)
 
     listed = client.get("/api/v1/kb/kernels").json()

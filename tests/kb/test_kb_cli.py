@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from kb import store
+from kb import ingest as kb_ingest
 from kloom.cli import app
 from tests.kb.kb_trajectories import Tried, Workload, trajectory
 from tests.kb.test_kb_export import WORKLOAD_SOURCE, ingest_real_kernel
@@ -19,7 +19,7 @@ def fill(sessions) -> None:
         trajectory("job-b", moe, [Tried("cuda_graph", speedup=1.3)]),
     ):
         with sessions() as s:
-            store.ingest(s, traj)
+            kb_ingest.ingest(s, traj)
 
 
 def test_search_show_and_export_through_settings(sqlite_db, tmp_path, monkeypatch):

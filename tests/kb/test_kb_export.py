@@ -5,6 +5,7 @@ kernel."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import select
 from tests.kb.kb_trajectories import Tried, Workload, trajectory
 
-from kb import store
+from kb import ingest as kb_ingest
 from kb.export import ExportError, export_files, export_kernel, export_zip
 from kb.models import KBKernel
 
@@ -47,9 +48,12 @@ def ingest_real_kernel(sessions, *, keep_source: bool = True) -> str:
         input_shapes=((8, 16),), dtypes=("float32",), input_bytes=512, source=WORKLOAD_SOURCE,
     )
     traj = trajectory("job-export", w, [Tried("collective_substitution", {"gather": "into_tensor"}, speedup=1.6)], device="cpu", gpu="")
-    traj.steps[0].candidate_code = KERNEL_SOURCE
+    step = traj.steps[0]
+    step.candidate_code = KERNEL_SOURCE
+    # The evaluation is of the code it judged: the knowledge base checks that.
+    step.candidate_sha256 = step.evaluation["candidate_sha256"] = hashlib.sha256(KERNEL_SOURCE.encode()).hexdigest()
     with sessions() as s:
-        store.ingest(s, traj, workload_source=WORKLOAD_SOURCE if keep_source else None)
+        kb_ingest.ingest(s, traj, workload_source=WORKLOAD_SOURCE if keep_source else None)
         return s.scalars(select(KBKernel).where(KBKernel.job_id == "job-export")).one().public_id
 
 

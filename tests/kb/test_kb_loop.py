@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from agents.loop import FileSink, run_job
+from agents.loop import run_job
+from agents.sinks import FileSink
 from agents.records import JobSpec, Limits, Plan, Step
 from kb.adapter import KnowledgeBaseAdapter
 from kb.models import KBEvidence, KBJob, KBKernel, KBStrategy
-from kb.store import beat_baseline
+from kb.ingest import beat_baseline
 from services.worker.evaluator import EvalSettings, Evaluator
 
 DATA = Path(__file__).with_name("data")

@@ -49,4 +49,39 @@ def test_revision_0002_matches_the_models_and_downgrades(kb_db):
     assert not KB_TABLES & left and {"jobs", "steps", "api_keys"} <= left
 
     upgrade(kb_db.url, "0002")
-    assert current_revision(kb_db.url) == "0002" and kb_diffs(kb_db.url) == []
+    assert current_revision(kb_db.url) == "0002" and KB_TABLES <= tables(kb_db.url)
+    upgrade(kb_db.url)
+    assert kb_diffs(kb_db.url) == []
+
+
+def test_revision_0003_gives_kept_kernels_the_first_evaluator_version(kb_db):
+    """Kernels kept before evaluations carried a version were judged by the evaluator whose
+    candidate shared the reference's process: they come out of the migration as version 1,
+    not yet verified, so that ``kloom kb verify`` judges them again."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from kloom.db import alembic_config
+
+    kb_db.engine.dispose()
+    command.downgrade(alembic_config(kb_db.url), "0002")
+    engine = create_db_engine(kb_db.url, pool=False)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO kb_jobs (job_id, workload_sha256, workload_name, family, world_size, device, gpu, interconnect,"
+                " signature, state, stop_reason, strategist, steps, finished_at, ingested_at)"
+                " VALUES ('old-job', 'abc', 'w', 'f', 2, 'cpu', '', '', '{}', 'succeeded', '', 'offline', 1, '', CURRENT_TIMESTAMP)"
+            ))
+            conn.execute(text(
+                "INSERT INTO kb_kernels (job_id, step_index, code, code_sha256, workload_sha256, workload_name, family, collectives,"
+                " world_size, device, gpu, interconnect, signature, speedup, candidate_ms, reference_ms, evaluation, strategy, params,"
+                " plan_source, rationale, model, created_at)"
+                " VALUES ('old-job', 0, 'code', 'sha', 'abc', 'w', 'f', ' ', 2, 'cpu', '', '', '{}', 1.5, 1.0, 1.5, '{}', 's', '{}',"
+                " '', '', '', CURRENT_TIMESTAMP)"
+            ))
+        upgrade(kb_db.url)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT evaluator_version, verified_at FROM kb_kernels")).all() == [("1", None)]
+    finally:
+        engine.dispose()

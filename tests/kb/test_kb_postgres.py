@@ -13,7 +13,7 @@ from tests.kb.kb_databases import PG_ADMIN, create_pg_database, drop_pg_database
 from tests.kb.kb_trajectories import Tried, Workload, trajectory
 from sqlalchemy import func, select
 
-from kb import store
+from kb import advice as kb_advice, ingest as kb_ingest, store
 from kb.models import KBEvidence, KBFailure, KBJob, KBKernel, KBStrategy
 from kloom.db import create_db_engine, current_revision, session_factory
 
@@ -46,7 +46,7 @@ def test_jobs_finishing_at_the_same_time_all_land(pg_db):
             barrier.wait()  # everyone ingests at the same moment
             try:
                 with pg_db.sessions() as s:
-                    reports.append(store.ingest(s, traj))
+                    reports.append(kb_ingest.ingest(s, traj))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
@@ -76,7 +76,7 @@ def test_the_same_job_ingested_twice_at_once_lands_once(pg_db):
     def worker() -> None:
         barrier.wait()
         with pg_db.sessions() as s:
-            reports.append(store.ingest(s, traj))
+            reports.append(kb_ingest.ingest(s, traj))
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for th in threads:
@@ -98,7 +98,7 @@ def answers(sessions) -> dict:
             for family in (None, "tensor_parallel", "expert_parallel"):
                 out[(query, family)] = [(m.kernel.public_id, m.score, m.kernel.code_sha256) for m in store.search(s, query, family=family)]
         out["collective"] = [m.kernel.public_id for m in store.search(s, collective="all_to_all_single")]
-        out["advice"] = dataclasses.asdict(store.advice(s, tp.analysis("cuda"), tp.sha256, "cuda", H200))
+        out["advice"] = dataclasses.asdict(kb_advice.advice(s, tp.analysis("cuda"), tp.sha256, "cuda", H200))
         out["strategies"] = [(st.public_id, st.wins, st.losses, st.confidence, st.applies_to) for st in store.list_strategies(s)]
     return out
 
@@ -108,9 +108,9 @@ def test_a_restored_dump_gives_the_same_answers(pg_db, tmp_path):
     moe = Workload(name="moe_dispatch", family="expert_parallel", collectives=("all_to_all_single",), ops=("aten::sort",))
     for i in range(6):
         with pg_db.sessions() as s:
-            store.ingest(s, job(f"job-{i}", Workload(input_bytes=(4 + i) << 20), i))
+            kb_ingest.ingest(s, job(f"job-{i}", Workload(input_bytes=(4 + i) << 20), i))
     with pg_db.sessions() as s:
-        store.ingest(s, trajectory("job-moe", moe, [Tried("cuda_graph", speedup=3.1)]))
+        kb_ingest.ingest(s, trajectory("job-moe", moe, [Tried("cuda_graph", speedup=3.1)]))
     before = answers(pg_db.sessions)
     assert before[(None, None)] and before["advice"]["kernels"] and before["advice"]["strategies"]
 
@@ -131,7 +131,7 @@ def test_a_restored_dump_gives_the_same_answers(pg_db, tmp_path):
             assert answers(sessions) == before
             # The restored database keeps working: its id sequences continue past the restored rows.
             with sessions() as s:
-                assert store.ingest(s, job("job-after", Workload(), 9)).kernels == 2
+                assert kb_ingest.ingest(s, job("job-after", Workload(), 9)).kernels == 2
                 assert len(store.search(s, limit=100)) == len(before[(None, None)]) + 2
         finally:
             engine.dispose()

@@ -8,7 +8,7 @@ from kb.computation import computation_key
 from kb.confidence import weighted_confidence, wilson_lower_bound
 from kb.embeddings import LexicalEmbedder, cosine, default_embedder, tokens
 from kb.signature import Signature, similarity
-from kb.store import MIN_SIMILARITY
+from kb.advice import MIN_SIMILARITY
 from tests.kb.kb_trajectories import Tried, Workload, tp_source, trajectory
 
 TP = Workload()

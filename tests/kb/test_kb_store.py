@@ -7,7 +7,7 @@ from tests.kb.kb_trajectories import Tried, Workload, tp_source, trajectory
 from sqlalchemy import func, select
 
 from agents.records import Trajectory
-from kb import store
+from kb import advice as kb_advice, ingest as kb_ingest, store
 from kb.models import KBEvidence, KBFailure, KBJob, KBKernel, KBStrategy, KBWorkload
 
 H200 = "NVIDIA H200"
@@ -35,7 +35,7 @@ def counts(session) -> dict[str, int]:
 
 def test_ingest_keeps_winners_evidence_and_failures(kb_db):
     with kb_db.sessions() as s:
-        report = store.ingest(s, first_job())
+        report = kb_ingest.ingest(s, first_job())
     assert (report.ingested, report.kernels, report.strategies, report.failures) == (True, 2, 4, 3)
     with kb_db.sessions() as s:
         kernels = s.scalars(select(KBKernel).order_by(KBKernel.speedup)).all()
@@ -71,12 +71,12 @@ def test_ingest_keeps_winners_evidence_and_failures(kb_db):
 def test_reingesting_a_job_changes_nothing(kb_db):
     traj = first_job()
     with kb_db.sessions() as s:
-        store.ingest(s, traj)
+        kb_ingest.ingest(s, traj)
         before = counts(s)
         wins = {st.name: (st.wins, st.losses) for st in s.scalars(select(KBStrategy))}
     again = Trajectory.from_dict(traj.to_dict())  # as the service would load it back
     with kb_db.sessions() as s:
-        report = store.ingest(s, again)
+        report = kb_ingest.ingest(s, again)
         assert not report.ingested
     with kb_db.sessions() as s:
         assert counts(s) == before
@@ -88,18 +88,18 @@ def test_only_finished_jobs_are_ingested(kb_db):
     traj = first_job()
     traj.state = "running"
     with kb_db.sessions() as s, pytest.raises(ValueError, match="only finished jobs"):
-        store.ingest(s, traj)
+        kb_ingest.ingest(s, traj)
 
 
 def test_a_failed_ingest_leaves_nothing_behind(kb_db):
     traj = first_job()
     traj.steps[2].plan.params = {"chunks": {4}}  # a set cannot be stored as JSON: fails mid-way
     with kb_db.sessions() as s, pytest.raises(Exception):
-        store.ingest(s, traj)
+        kb_ingest.ingest(s, traj)
     with kb_db.sessions() as s:
         assert all(n == 0 for n in counts(s).values())
     with kb_db.sessions() as s:
-        assert store.ingest(s, first_job()).ingested  # the job can still land once fixed
+        assert kb_ingest.ingest(s, first_job()).ingested  # the job can still land once fixed
 
 
 def test_a_speedup_within_the_timing_noise_is_no_win(kb_db):
@@ -113,7 +113,7 @@ def test_a_speedup_within_the_timing_noise_is_no_win(kb_db):
         ],
     )
     with kb_db.sessions() as s:
-        assert store.ingest(s, noisy).kernels == 1
+        assert kb_ingest.ingest(s, noisy).kernels == 1
     with kb_db.sessions() as s:
         assert [k.strategy for k in s.scalars(select(KBKernel))] == ["torch_compile"]
         won = {st.name: st.wins for st in s.scalars(select(KBStrategy))}
@@ -137,12 +137,12 @@ def test_advice_brings_back_what_won_on_similar_workloads(kb_db):
     ]
     for traj, w in zip(jobs, (TP, bigger, wider, moe)):
         with kb_db.sessions() as s:
-            assert store.ingest(s, traj, workload_source=w.source or None).ingested
+            assert kb_ingest.ingest(s, traj, workload_source=w.source or None).ingested
 
     # A new shape of the TP pattern: nothing recorded on it, but three close relatives.
     query = Workload(input_shapes=((2048, 8192),), input_bytes=32 << 20, source=tp_source(2048, world_sizes=(4,)))
     with kb_db.sessions() as s:
-        advice = store.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200, workload_source=query.source)
+        advice = kb_advice.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200, workload_source=query.source)
     assert {k.workload_name for k in advice.kernels} == {"tp_allgather_matmul"}  # the MoE kernel is not similar enough
     assert not any(k.same_workload for k in advice.kernels)
     # The variants' kernels compute the same thing: offered first, as similar as their workloads.
@@ -154,7 +154,7 @@ def test_advice_brings_back_what_won_on_similar_workloads(kb_db):
     sims = [k.similarity for k in advice.kernels]
     assert sims == sorted(sims, reverse=True)
     with kb_db.sessions() as s:
-        blind = store.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200)  # no source given
+        blind = kb_advice.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200)  # no source given
     assert all(k.similarity < 0.5 for k in blind.kernels)
 
     by_name = {h.strategy: h for h in advice.strategies}
@@ -168,7 +168,7 @@ def test_advice_brings_back_what_won_on_similar_workloads(kb_db):
 
     # The same file as job-1: its kernels come first and are flagged as recorded on this workload.
     with kb_db.sessions() as s:
-        same = store.advice(s, TP.analysis("cuda"), TP.sha256, "cuda", H200)
+        same = kb_advice.advice(s, TP.analysis("cuda"), TP.sha256, "cuda", H200)
     assert same.kernels[0].same_workload and same.kernels[0].similarity == 1.0
     assert [k.same_workload for k in same.kernels] == sorted((k.same_workload for k in same.kernels), reverse=True)
     failed = {(f.strategy, tuple(sorted(f.params.items()))): f for f in same.failures}
@@ -176,7 +176,7 @@ def test_advice_brings_back_what_won_on_similar_workloads(kb_db):
 
     # A MoE workload gets the MoE evidence, not the TP failures.
     with kb_db.sessions() as s:
-        other = store.advice(s, moe.analysis("cuda"), moe.sha256, "cuda", H200)
+        other = kb_advice.advice(s, moe.analysis("cuda"), moe.sha256, "cuda", H200)
     assert [k.workload_name for k in other.kernels] == ["moe_dispatch"]
     assert other.strategies[0].strategy == "cuda_graph" and other.strategies[0].wins == 1
     assert not other.failures
@@ -186,9 +186,9 @@ def test_confidence_grows_with_evidence_and_falls_with_losses(kb_db):
     def confidence(jobs: list[Trajectory], query: Workload) -> float:
         for traj in jobs:
             with kb_db.sessions() as s:
-                store.ingest(s, traj)
+                kb_ingest.ingest(s, traj)
         with kb_db.sessions() as s:
-            hints = {h.strategy: h for h in store.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies}
+            hints = {h.strategy: h for h in kb_advice.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies}
         return hints["cuda_graph"].confidence
 
     one = confidence([trajectory("c-1", TP, [Tried("cuda_graph", speedup=1.5)])], TP)
@@ -199,21 +199,21 @@ def test_confidence_grows_with_evidence_and_falls_with_losses(kb_db):
     # Seen from a workload 64x larger, the same evidence counts less.
     far = Workload(input_shapes=((65536, 8192),), input_bytes=1 << 30)
     with kb_db.sessions() as s:
-        hints = {h.strategy: h for h in store.advice(s, far.analysis("cuda"), "", "cuda", H200).strategies}
+        hints = {h.strategy: h for h in kb_advice.advice(s, far.analysis("cuda"), "", "cuda", H200).strategies}
     assert hints["cuda_graph"].confidence < lost
     # On another kind of machine the evidence is not similar enough to use at all.
     with kb_db.sessions() as s:
-        assert store.advice(s, far.analysis("cpu"), "", "cpu", "").strategies == []
+        assert kb_advice.advice(s, far.analysis("cpu"), "", "cpu", "").strategies == []
 
 
 def test_a_reused_kernel_counts_for_the_strategy_that_made_it(kb_db):
     with kb_db.sessions() as s:
-        store.ingest(s, first_job())
+        kb_ingest.ingest(s, first_job())
         origin = s.scalars(select(KBKernel).where(KBKernel.strategy == "overlap_chunks")).one()
     bigger = Workload(input_shapes=((4096, 8192),), input_bytes=64 << 20)
     reuse = trajectory("job-r", bigger, [Tried("kb_reuse", {"kernel_id": origin.public_id}, speedup=2.2, source="kb")])
     with kb_db.sessions() as s:
-        store.ingest(s, reuse)
+        kb_ingest.ingest(s, reuse)
     with kb_db.sessions() as s:
         kernel = s.scalars(select(KBKernel).where(KBKernel.job_id == "job-r")).one()
         assert kernel.strategy == "overlap_chunks" and kernel.params == {"chunks": 4, "kb_kernel": origin.public_id}
@@ -226,7 +226,7 @@ def test_search_by_text_family_and_collective(kb_db):
     moe = Workload(name="moe_dispatch", family="expert_parallel", collectives=("all_to_all_single",), ops=("aten::sort",))
     for traj in (first_job(), trajectory("job-m", moe, [Tried("cuda_graph", speedup=1.3)])):
         with kb_db.sessions() as s:
-            store.ingest(s, traj)
+            kb_ingest.ingest(s, traj)
     with kb_db.sessions() as s:
         assert [m.kernel.speedup for m in store.search(s)] == [2.4, 1.8, 1.3]  # fastest first
         found = store.search(s, "overlap all gather")
@@ -254,9 +254,9 @@ def test_advice_says_what_each_strategy_measured_wins_and_losses_alike(kb_db):
     ]
     with kb_db.sessions() as s:
         for traj in jobs:
-            store.ingest(s, traj)
+            kb_ingest.ingest(s, traj)
     with kb_db.sessions() as s:
-        hints = {h.strategy: h for h in store.advice(s, TP.analysis("cuda"), "", "cuda", H200).strategies}
+        hints = {h.strategy: h for h in kb_advice.advice(s, TP.analysis("cuda"), "", "cuda", H200).strategies}
     assert hints["cuda_graph"].speedup == pytest.approx(1.0)  # sqrt(2.0 * 0.5), both jobs equally similar
     assert hints["cuda_graph"].weight == pytest.approx(2.0)
     assert hints["torch_compile"].speedup == pytest.approx(0.8)  # the failed run has no speedup but counts as evidence
@@ -274,17 +274,17 @@ def test_close_evidence_comes_from_the_same_computation_only(kb_db):
     assert other.source != near.source
     for job_id, w, speedup in (("near", near, 1.5), ("far", far, 3.0), ("other", other, 0.5)):
         with kb_db.sessions() as s:
-            store.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
+            kb_ingest.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
     query = Workload(input_shapes=((3072, 8192),), input_bytes=48 << 20, source=tp_source(3072))
     with kb_db.sessions() as s:
-        advice = store.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200, workload_source=query.source)
+        advice = kb_advice.advice(s, query.analysis("cuda"), query.sha256, "cuda", H200, workload_source=query.source)
     hint = next(h for h in advice.strategies if h.strategy == "cuda_graph")
     assert hint.weight > hint.close_weight > 0
     assert hint.close_speedup == pytest.approx(1.5)
     # The kept kernel is flagged alike (the far job's is the same code, offered once: from the near one).
     assert [(k.speedup, k.close) for k in advice.kernels] == [(1.5, True)]
     with kb_db.sessions() as s:  # without the query's source nothing is known to be the same computation
-        blind = next(h for h in store.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies if h.strategy == "cuda_graph")
+        blind = next(h for h in kb_advice.advice(s, query.analysis("cuda"), "", "cuda", H200).strategies if h.strategy == "cuda_graph")
     assert blind.close_weight == 0 and blind.close_speedup is None
 
 
@@ -295,9 +295,9 @@ def test_exact_evidence_comes_from_this_very_workload_only(kb_db):
     near = Workload(input_shapes=((3072, 8192),), input_bytes=48 << 20, source=tp_source(3072))
     for job_id, w, speedup in (("here", here, 0.8), ("near", near, 1.5)):
         with kb_db.sessions() as s:
-            store.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
+            kb_ingest.ingest(s, trajectory(job_id, w, [Tried("cuda_graph", speedup=speedup)]), workload_source=w.source)
     with kb_db.sessions() as s:
-        advice = store.advice(s, here.analysis("cuda"), here.sha256, "cuda", H200, workload_source=here.source)
+        advice = kb_advice.advice(s, here.analysis("cuda"), here.sha256, "cuda", H200, workload_source=here.source)
     hint = next(h for h in advice.strategies if h.strategy == "cuda_graph")
     assert hint.close_weight > hint.exact_weight == pytest.approx(1.0)
     assert hint.exact_speedup == pytest.approx(0.8) and 0.8 < hint.close_speedup < 1.5
