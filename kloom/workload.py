@@ -56,6 +56,8 @@ class WorkloadInfo:
     has_roofline: bool = False
     has_tolerance: bool = False
     shape_profiles: tuple[str, ...] = ()
+    #: The reference differentiates (``NEEDS_GRAD = True``): it runs with autograd on.
+    needs_grad: bool = False
     metadata: dict = field(default_factory=dict)
 
     def check_world_size(self, world_size: int) -> None:
@@ -203,6 +205,11 @@ def inspect_workload(path: str | os.PathLike, text: str | None = None) -> Worklo
             profiles = tuple(
                 k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
             )
+    needs_grad = False
+    if "NEEDS_GRAD" in names:
+        needs_grad = _literal(names["NEEDS_GRAD"], path, "NEEDS_GRAD")
+        if not isinstance(needs_grad, bool):
+            raise WorkloadError(path, "NEEDS_GRAD must be True or False")
     name = meta.get("NAME") or (Path(path).stem if path else "workload")
     return WorkloadInfo(
         name=name,
@@ -215,6 +222,7 @@ def inspect_workload(path: str | os.PathLike, text: str | None = None) -> Worklo
         has_roofline="roofline" in names,
         has_tolerance="TOLERANCE" in names,
         shape_profiles=profiles,
+        needs_grad=needs_grad,
         metadata={k: v for k, v in meta.items() if k not in ("FAMILY", "DESCRIPTION", "SOURCE", "NAME")},
     )
 

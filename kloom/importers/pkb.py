@@ -50,7 +50,7 @@ _PROBLEM_ID = re.compile(r"^(\d+)_")
 #: Top-level names a generated workload defines around the embedded reference.
 _RESERVED = {
     "Model", "ModelNew", "get_inputs", "get_init_inputs", "roofline", "WORLD_SIZES", "TOLERANCE",
-    "SHAPES", "NAME", "FAMILY", "DESCRIPTION", "SOURCE", "PROBLEM_ID",
+    "SHAPES", "NAME", "FAMILY", "DESCRIPTION", "SOURCE", "PROBLEM_ID", "NEEDS_GRAD",
 }
 #: Family guessed from the reference's name, first match wins (only metadata for listings).
 _FAMILY_HINTS = (
@@ -84,6 +84,7 @@ SOURCE = ${source}
 WORLD_SIZES = ${world_sizes}
 SHAPES = ${shapes}
 PROBLEM_ID = ${problem_id}
+NEEDS_GRAD = ${needs_grad}
 
 _kloom_create_input_tensor = _kloom_pkb_input_builder(${checkout_literal}, ${inputs_sha256})
 
@@ -92,11 +93,24 @@ ${reference}
 # ---- end ${reference_rel} ----
 
 
+def _kloom_as_compared(out):
+    """The solution's outputs as ParallelKernelBench compares them: fp8 tensors as the float32
+    values they hold (it compares ``.float()`` of both sides); every other output unchanged."""
+    if isinstance(out, _kloom_torch.Tensor):
+        return out.float() if out.is_floating_point() and out.element_size() == 1 else out
+    if isinstance(out, (list, tuple)):
+        converted = [_kloom_as_compared(o) for o in out]
+        if all(a is b for a, b in zip(converted, out)):
+            return out
+        return converted if isinstance(out, list) else tuple(converted)
+    return out
+
+
 class Model(_kloom_torch.nn.Module):
-    """Runs the reference's solution(*args) on every rank."""
+    """Runs the reference's solution(*args) on every rank${grad_note}."""
 
     def forward(self, *args):
-        return solution(*args)
+${forward_body}
 
 
 def get_init_inputs():
@@ -239,6 +253,8 @@ def _import_one(reference: Path, pid: int, has_inputs: bool, ctx: dict, report: 
     if reason:
         return reject(reason)
     notes = [n for n in (cuda_only_note(names),) if n]
+    if needs_grad(tree):
+        notes.append("differentiates (NEEDS_GRAD): runs with autograd on, as the benchmark runs it")
     if not has_inputs:
         needed = _required_args(tree)
         if needed != 1:
@@ -301,4 +317,32 @@ def _render(reference: Path, pid: int, source: str, tree: ast.Module, ctx: dict)
         checkout_literal=repr(str(root)),
         inputs_sha256=repr(ctx["inputs_sha"]),
         reference="\n".join(lines).rstrip("\n"),
+        needs_grad=repr(needs_grad(tree)),
+        grad_note=", with autograd on (it calls backward; the benchmark runs it so)" if needs_grad(tree) else "",
+        forward_body=_GRAD_BODY if needs_grad(tree) else _PLAIN_BODY,
     )
+
+
+_PLAIN_BODY = "        return _kloom_as_compared(solution(*args))"
+_GRAD_BODY = """        # The evaluator calls models under no_grad; this reference differentiates, as
+        # ParallelKernelBench runs it with autograd on.
+        with _kloom_torch.enable_grad():
+            return _kloom_as_compared(solution(*args))"""
+
+
+def needs_grad(tree: ast.AST) -> bool:
+    """Whether the reference differentiates: it calls ``.backward(``, ``torch.autograd.grad`` or
+    ``requires_grad_``, or builds a tensor with ``requires_grad=True``. Running it under
+    ``no_grad`` (as the evaluator calls models) would fail or compute something else."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in ("backward", "requires_grad_"):
+                return True
+            if func.attr == "grad" and isinstance(func.value, ast.Attribute) and func.value.attr == "autograd":
+                return True
+        if any(k.arg == "requires_grad" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in node.keywords):
+            return True
+    return False

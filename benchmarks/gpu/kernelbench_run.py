@@ -1,0 +1,181 @@
+"""KernelBench's development split (levels 1 and 2) at the problems' own sizes, one problem at a
+time, each measured four ways: eager PyTorch, ``torch.compile`` (default), ``torch.compile``
+(``mode="max-autotune"``), and kloom offline: the problem imported by kloom's own importer and
+optimized by the offline strategist with the real evaluator (``--max-candidates`` candidates).
+
+Per problem (one line of ``$OUT/partial.jsonl``): the eager time, each compile mode's time,
+compile seconds and correctness against eager; the reference's own peak device memory (the torch
+allocator's peak while eager runs it, and the device's peak as NVML/nvidia-smi sees it); kloom's
+outcome, the two times its speedup divides with their 95% interval, the winning strategy, its
+job wall time and the device's peak while the job (reference timing, tracing, every candidate)
+ran, beside the reference's own peak as the same instrument saw it.
+
+Resumable and time-budgeted: problems already in a ``--resume`` file (the ``partial.jsonl`` of an
+earlier call, carried back) or in ``$OUT/partial.jsonl`` are skipped (their rows are copied into
+``$OUT/partial.jsonl``, so the latest file always holds everything); a problem starts only when
+the time its slowest predecessor took still fits before ``--budget-s``, and each problem runs in a
+child process killed at the budget, so the call ends cleanly before the device call's limit. A
+problem killed that way is recorded (``"status": "over_budget"``) and retried once by a later call.
+
+    python benchmarks/gpu/kernelbench_run.py --kernelbench shared/third_party/kernelbench \\
+        --out "$OUT" --resume results/kernelbench/partial.jsonl --budget-s 480
+
+Problems are chosen by their files, never by name or id; kloom itself sees only the workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+MODES = ("eager", "default", "max-autotune")
+FIRST_ESTIMATE_S = 90.0  # before any problem has run: the time one is expected to take
+MARGIN_S = 15.0
+
+
+def read_rows(paths: list[Path]) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short when a call was killed
+            if isinstance(row, dict) and row.get("workload"):
+                rows[row["workload"]] = row
+    return rows
+
+
+def settled(row: dict | None) -> bool:
+    """A problem that need not run again: measured, or reported as not runnable, or already
+    retried once after running over a call's budget."""
+    return row is not None and (row.get("status") != "over_budget" or row.get("attempts", 1) >= 2)
+
+
+def interleaved(workloads: list[dict]) -> list[dict]:
+    """Level 1 and level 2 alternately, so that a partial run samples both."""
+    by_level: dict[str, list[dict]] = {}
+    for w in workloads:
+        by_level.setdefault(Path(w["path"]).parent.name, []).append(w)
+    lists = [by_level[k] for k in sorted(by_level)]
+    return [lst[i] for i in range(max((len(x) for x in lists), default=0)) for lst in lists if i < len(lst)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout (its root or its KernelBench/ folder)")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "kernelbench-out")))
+    ap.add_argument("--resume", type=Path, action="append", default=[], help="partial.jsonl of an earlier call (repeatable)")
+    ap.add_argument("--levels", default="1,2")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting problems so that the call ends by then")
+    ap.add_argument("--max-candidates", type=int, default=3)
+    ap.add_argument("--modes", default=",".join(MODES), help="baselines to measure: eager,default,max-autotune")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--timing-budget-s", type=float, default=None, help="seconds of timed calls per measurement")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many problems in this call")
+    args = ap.parse_args()
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from kloom.importers import import_kernelbench
+
+    partial = args.out / "partial.jsonl"
+    rows = read_rows([*args.resume, partial])
+    suite = args.out / "suite"
+    imported, rejected = [], []
+    for level in (int(x) for x in args.levels.split(",") if x.strip()):
+        report = import_kernelbench(args.kernelbench, level=level, out_dir=suite / f"level{level}")
+        imported += [{"name": w.name, "path": w.path, "notes": w.notes} for w in report.imported]
+        rejected += [{"origin": r.origin, "reason": r.reason, "level": level} for r in report.rejected]
+    for r in rejected:
+        name = f"level{r['level']}_{Path(r['origin']).name[:-3]}"
+        rows.setdefault(name, {"workload": name, "status": "not_imported", "reason": r["reason"]})
+    partial.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
+
+    todo = [w for w in interleaved(imported) if not settled(rows.get(w["name"]))]
+    if args.limit is not None:
+        todo = todo[: args.limit]
+    print(f"{len(imported)} imported, {len(rejected)} not imported, {len(todo)} to run in this call", flush=True)
+    took_s: list[float] = []  # problems of this call that finished
+    for w in todo:
+        left = args.budget_s - (time.monotonic() - started)
+        slowest = max(took_s) if took_s else FIRST_ESTIMATE_S
+        if left < slowest + MARGIN_S:
+            print(f"stopping: {left:.0f} s left, a problem has taken up to {slowest:.0f} s", flush=True)
+            break
+        t0 = time.monotonic()
+        row = run_child(w, args, timeout_s=left - MARGIN_S)
+        row["attempts"] = rows.get(w["name"], {}).get("attempts", 0) + 1
+        took = time.monotonic() - t0
+        if row["status"] != "over_budget":
+            took_s.append(took)
+        rows[w["name"]] = row
+        with partial.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{w['name']}: {row['status']} in {took:.0f} s ({summary(row)})", flush=True)
+    done = sum(1 for w in imported if settled(rows.get(w["name"])))
+    print(f"{done}/{len(imported)} problems settled after {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+def summary(row: dict) -> str:
+    k = row.get("kloom") or {}
+    parts = [f"{m} {row['modes'][m]['ms']:.4g} ms" for m in row.get("modes", {}) if row["modes"][m].get("ms")]
+    if k:
+        parts.append(f"kloom {k.get('outcome')} {k.get('result_speedup')}")
+    return ", ".join(parts) or row.get("reason", "")[:200]
+
+
+def run_child(workload: dict, args, timeout_s: float) -> dict:
+    """One problem in a child process (a crash, a hang or an out-of-memory there costs that
+    problem only); killed at ``timeout_s``."""
+    result = args.out / "child.json"
+    result.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, str(ROOT / "benchmarks" / "gpu" / "kernelbench_problem.py"),
+        "--workload", workload["path"], "--name", workload["name"], "--result", str(result),
+        "--device", args.device, "--modes", args.modes, "--max-candidates", str(args.max_candidates),
+        "--jobs", str(args.out / "jobs"),
+    ]
+    if args.timing_budget_s is not None:
+        cmd += ["--timing-budget-s", str(args.timing_budget_s)]
+    log = args.out / "problems.log"
+    with log.open("a") as out:
+        out.write(f"\n==== {workload['name']}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(1.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            code = None
+    if result.is_file():
+        row = json.loads(result.read_text())
+        if code is None and row.get("status") == "measured":
+            # Killed in the last phase (max-autotune): what was measured stands.
+            for entry in row.get("modes", {}).values():
+                if "ms" not in entry and "error" not in entry:
+                    entry["error"] = "not finished within the call's budget"
+            for mode in args.modes.split(","):
+                row.setdefault("modes", {}).setdefault(mode, {"error": "not finished within the call's budget"})
+        elif code is None:
+            row["status"] = "over_budget"
+        return row
+    if code is None:
+        return {"workload": workload["name"], "status": "over_budget", "reason": f"still running after {timeout_s:.0f} s, the rest of this call's budget"}
+    return {"workload": workload["name"], "status": "crashed", "reason": f"the measuring process exited with {code}; see problems.log"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

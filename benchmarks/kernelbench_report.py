@@ -1,0 +1,160 @@
+"""The report of a KernelBench run (``benchmarks/gpu/kernelbench_run.py``): ``partial.jsonl`` ->
+``report.md`` and ``report.json``.
+
+Aggregates: how many problems ran, were correct under kloom, and are still to run; fast_1 over
+eager (kloom's result beats the reference measurably; and counting every measured speedup above
+1.0, as the literature does); fast_1 against the better torch.compile mode (kloom's speedup over
+eager above the faster compile mode's, both over eager); geometric means; and who made kloom's
+winning kernels (its own kernels, inductor, a CUDA graph, cuDNN tuning). Per problem: every time,
+the verdict with its interval, and peak memory (the evaluator's job beside the reference's own).
+
+    python benchmarks/kernelbench_report.py OUT/partial.jsonl [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu.kernelbench_run import read_rows  # noqa: E402
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _ms(row: dict, mode: str) -> float | None:
+    entry = (row.get("modes") or {}).get(mode) or {}
+    if entry.get("error") or (mode != "eager" and entry.get("correct") is False):
+        return None
+    return entry.get("ms")
+
+
+def best_compile(row: dict) -> tuple[str | None, float | None]:
+    """The faster correct compile mode and its speedup over eager."""
+    eager = _ms(row, "eager")
+    found = [(eager / ms, mode) for mode in ("default", "max-autotune") if (ms := _ms(row, mode)) and eager]
+    if not found:
+        return None, None
+    speedup, mode = max(found)
+    return mode, speedup
+
+
+def build(rows: list[dict]) -> dict:
+    measured = [r for r in rows if r.get("status") == "measured"]
+    kloom = [r["kloom"] for r in measured if r.get("kloom")]
+    correct = [k for k in kloom if k.get("correct")]
+    wins = [k for k in correct if k.get("outcome") == "faster kernel found"]
+    any_above = [k for k in correct if (k.get("measured_speedup") or 0) > 1.0 and k.get("strategy") != "reference_copy"]
+    beats_compile, compared = 0, 0
+    for r in measured:
+        k = r.get("kloom") or {}
+        _, comp = best_compile(r)
+        if k.get("correct") and comp is not None:
+            compared += 1
+            beats_compile += (k.get("result_speedup") or 0) > comp
+    made_by: dict[str, int] = {}
+    for k in wins:
+        made_by[k.get("made_by") or "?"] = made_by.get(k.get("made_by") or "?", 0) + 1
+    n = len(measured)
+    return {
+        "problems": len(rows),
+        "measured": n,
+        "not_run": {s: sum(1 for r in rows if r.get("status") == s) for s in sorted({r.get("status") for r in rows} - {"measured"})},
+        "kloom_correct": len(correct),
+        "fast_1_over_eager": len(wins) / n if n else None,
+        "fast_1_over_eager_any": len(any_above) / n if n else None,
+        "fast_1_over_better_compile": beats_compile / compared if compared else None,
+        "compared_with_compile": compared,
+        "geomean_kloom": geomean([k.get("result_speedup") for k in correct]),
+        "geomean_compile_default": geomean([(_ms(r, "eager") or 0) / ms for r in measured if (ms := _ms(r, "default"))]),
+        "geomean_compile_max_autotune": geomean([(_ms(r, "eager") or 0) / ms for r in measured if (ms := _ms(r, "max-autotune"))]),
+        "geomean_better_compile": geomean([best_compile(r)[1] for r in measured]),
+        "wins_made_by": made_by,
+    }
+
+
+def _f(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def to_markdown(report: dict, rows: list[dict]) -> str:
+    a = report["aggregate"]
+    lines = [
+        "# KernelBench development split (levels 1-2) at the problems' own sizes",
+        "",
+        f"Device: {report.get('device') or '?'}. Command: `bash benchmarks/gpu/kernelbench.sh` (resumed across calls).",
+        "",
+        "| aggregate | value |",
+        "|---|---|",
+        f"| problems (measured) | {a['problems']} ({a['measured']}); not measured: {json.dumps(a['not_run'])} |",
+        f"| kloom correct | {a['kloom_correct']} of {a['measured']} |",
+        f"| fast_1 over eager (measurable wins) | {_f(a['fast_1_over_eager'], '.2f')} |",
+        f"| fast_1 over eager (any measured speedup > 1, as the literature counts) | {_f(a['fast_1_over_eager_any'], '.2f')} |",
+        f"| fast_1 over the better torch.compile mode | {_f(a['fast_1_over_better_compile'], '.2f')} (of {a['compared_with_compile']}) |",
+        f"| geomean speedup over eager: kloom / compile default / max-autotune / better | {_f(a['geomean_kloom'], '.3f')} / {_f(a['geomean_compile_default'], '.3f')} / {_f(a['geomean_compile_max_autotune'], '.3f')} / {_f(a['geomean_better_compile'], '.3f')} |",
+        f"| kloom's wins made by | {', '.join(f'{k}: {v}' for k, v in sorted(a['wins_made_by'].items())) or '-'} |",
+        "",
+        "Times in ms. kloom's speedup divides the reference's time by the best kernel's, both from the evaluator's",
+        "interleaved measurement (95% interval); memory: the device's peak above idle while kloom's job ran, beside",
+        "the reference's own (eager, same instrument) and the torch allocator's peak for the reference.",
+        "",
+        "| problem | eager | compile | max-autotune | kloom ref / best | kloom speedup (95% CI) | outcome | made by | job s | mem kloom / ref / ref alloc GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: r["workload"]):
+        if r.get("status") != "measured":
+            lines.append(f"| {r['workload']} | {r.get('status')}: {(r.get('reason') or '')[:160]} | | | | | | | | |")
+            continue
+        k = r.get("kloom") or {}
+        ci = k.get("speedup_ci")
+        speed = "-" if k.get("measured_speedup") is None else f"{k['measured_speedup']:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        mem_k = ((k.get("device_memory") or {}).get("above_idle_gib"))
+        ref_mem = r.get("reference_memory") or {}
+        mem_r = (ref_mem.get("device") or {}).get("above_idle_gib")
+
+        def mode(m: str) -> str:
+            e = (r.get("modes") or {}).get(m) or {}
+            if e.get("error"):
+                return "error"
+            if e.get("correct") is False:
+                return f"wrong ({_f(e.get('ms'), '.4g')})"
+            return _f(e.get("ms"), ".4g")
+
+        lines.append(
+            f"| {r['workload']} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
+            f"{_f(k.get('reference_ms'), '.4g')} / {_f(k.get('best_ms'), '.4g')} | {speed} | {k.get('outcome', '-')} | "
+            f"{k.get('made_by') or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
+        )
+    failed = [r for r in rows if r.get("status") == "measured" and not (r.get("kloom") or {}).get("correct")]
+    if failed:
+        lines += ["", "## kloom without a correct kernel", ""]
+        lines += [f"- **{r['workload']}**: {(r.get('kloom') or {}).get('stop_reason', '')}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("partial", type=Path, nargs="+")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    rows = list(read_rows(args.partial).values())
+    out = args.out or args.partial[0].parent
+    out.mkdir(parents=True, exist_ok=True)
+    device = next((r.get("device") for r in rows if r.get("device")), None)
+    report = {"device": device, "aggregate": build(rows), "rows": rows}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(to_markdown(report, rows))
+    print((out / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+// What a measured speedup means (kloom/speedup.py, the same rules): its 95% interval (the one the
+// evaluator computed from the interleaved samples, else one from the per-rank statistics) and its
+// verdict; a speedup whose interval, widened by the noise between evaluations (noiseFloor), includes
+// 1 is "no measurable change", and a job whose best
+// kernel is not a measurable win found no faster kernel: the reference stands at 1.00×.
+
+const Z95 = 1.959964;
+// kloom.speedup.noise_floor: 1% plus 20 us over the call's time.
+const NOISE_FLOOR_REL = 0.01;
+const NOISE_FLOOR_MS = 0.02;
+
+function noiseFloor(callMs) {
+  return NOISE_FLOOR_REL + NOISE_FLOOR_MS / Math.max(callMs, 1e-3);
+}
+
+function statsInterval(reference, candidate) {
+  if (!reference?.length || !candidate?.length) return null;
+  const slowest = (list) => list.reduce((a, b) => (b.median_ms > a.median_ms ? b : a));
+  const ref = slowest(reference);
+  const cand = slowest(candidate);
+  if (!(ref.median_ms > 0 && cand.median_ms > 0 && ref.iters >= 2 && cand.iters >= 2)) return null;
+  const rel = (s) => (1.2533 * s.stdev_ms) / Math.sqrt(s.iters) / s.median_ms;
+  const ratio = ref.median_ms / cand.median_ms;
+  const half = Z95 * Math.hypot(rel(ref), rel(cand));
+  return [ratio * Math.exp(-half), ratio * Math.exp(half)];
+}
+
+/** {speedup, reference_ms, candidate_ms, low, high, verdict} of a step's timing record, or null. */
+export function measured(timing) {
+  if (!timing || timing.speedup === null || timing.speedup === undefined) return null;
+  let ci = timing.speedup_ci_low != null && timing.speedup_ci_high != null ? [timing.speedup_ci_low, timing.speedup_ci_high] : null;
+  if (!ci) ci = statsInterval(timing.reference, timing.candidate);
+  const [low, high] = ci || [null, null];
+  const referenceMs = timing.reference_ms != null ? timing.reference_ms : timing.speedup * timing.candidate_ms;
+  const floor = noiseFloor(Math.min(referenceMs, timing.candidate_ms));
+  const verdict = low === null ? "unmeasured" : low / (1 + floor) > 1 ? "faster" : high * (1 + floor) < 1 ? "slower" : "no measurable change";
+  return { speedup: timing.speedup, reference_ms: timing.reference_ms, candidate_ms: timing.candidate_ms, low, high, verdict };
+}
+
+/** Whether a step is a measurable win over the reference (the reference's own copy never is). */
+export function isWin(step) {
+  return step.status === "correct" && step.strategy !== "reference_copy" && step.verdict === "faster";
+}
