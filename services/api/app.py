@@ -110,6 +110,13 @@ def _add_error_handlers(app: FastAPI) -> None:
             headers={"Retry-After": "5"},
         )
 
+    @app.exception_handler(OverflowError)
+    async def out_of_range(request: Request, exc: OverflowError) -> JSONResponse:
+        # A number the database driver cannot bind (SQLite: past 64 bits). Answered here, not by
+        # the catch-all: a 500 from there ends the keep-alive connection too.
+        log.info("out-of-range number in %s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse({"detail": f"a number in the request is out of range: {exc}"}, status_code=422)
+
     @app.exception_handler(DataError)
     async def unstorable_value(request: Request, exc: DataError) -> JSONResponse:
         # A value the client sent that PostgreSQL cannot hold or compare (a NUL character, a

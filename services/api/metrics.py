@@ -13,9 +13,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from starlette.requests import Request
 
-from kloom.db import utcnow
+from agents.records import JOB_STATES
+from kloom.clock import utcnow
 from services.api import API_PREFIX
-from services.db.models import JOB_STATES, Job, StepRecord, Worker
+from services.db.models import Job, StepRecord, Worker
 from services.worker.celery_app import queue_depths
 
 ROUTE_KEY = "kloom.route"

@@ -3,44 +3,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.records import JobState, Limits
+
 #: ``cpu``, or ``cuda`` with an optional GPU model and count: ``cuda-h200x4``, ``cuda-h100x1``.
 DEVICE_KIND_PATTERN = r"^(cpu|cuda(-[a-z0-9]+x[0-9]+)?)$"
-JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "stopped"]
+#: The largest integer any field, query parameter or id takes: what every database's INTEGER holds.
+MAX_INT = 2**31 - 1
+#: A job's limits are ``agents.records.Limits`` (the responses' ``limits`` too); the submission's
+#: fields below take their names and defaults from it, and add the bounds a request must keep.
+_LIMITS = Limits()
 
 
 class JobSettings(BaseModel):
     """What a job or a batch runs with (everything but the workload)."""
 
-    world_size: int = Field(ge=1, description="Number of ranks.")
+    world_size: int = Field(ge=1, le=MAX_INT, description="Number of ranks.")
     device_kind: str = Field("cpu", pattern=DEVICE_KIND_PATTERN, description="The queue that runs it: cpu or cuda-<gpu>x<count>.")
     strategist: str = Field("offline", min_length=1, max_length=200, description='"offline", or an LLM model name that litellm knows.')
     shapes: Literal["ci", "gpu"] | None = Field(None, description="Shape profile (default: ci on cpu, gpu on cuda).")
-    max_iters: int = Field(8, ge=1, description="Steps at most.")
-    max_wall_s: float | None = Field(None, gt=0, description="Wall time at most, in seconds.")
-    max_tokens: int | None = Field(None, gt=0, description="Model tokens at most.")
-    budget_usd: float | None = Field(None, ge=0, description="Model cost at most, in US dollars.")
+    max_iters: int = Field(_LIMITS.max_iters, ge=1, le=MAX_INT, description="Steps at most.")
+    max_wall_s: float | None = Field(_LIMITS.max_wall_s, gt=0, allow_inf_nan=False, description="Wall time at most, in seconds (finite).")
+    max_tokens: int | None = Field(_LIMITS.max_tokens, gt=0, le=2**63 - 1, description="Model tokens at most.")
+    budget_usd: float | None = Field(_LIMITS.budget_usd, ge=0, allow_inf_nan=False, description="Model cost at most, in US dollars (finite).")
     use_kb: bool = Field(True, description="Let the knowledge base advise the planner.")
 
     def limits(self) -> dict[str, Any]:
-        return {"max_iters": self.max_iters, "max_wall_s": self.max_wall_s, "max_tokens": self.max_tokens, "budget_usd": self.budget_usd}
+        """The job's ``Limits`` as its row stores them."""
+        return dataclasses.asdict(Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)}))
 
 
 class JobCreate(JobSettings):
     """A job submission (multipart form): a workload file in ``workload_file``, or ``workload``."""
 
     workload: str | None = Field(None, max_length=200, description="Name of a workload of the built-in suite (instead of a file).")
-
-
-class Limits(BaseModel):
-    max_iters: int
-    max_wall_s: float | None = None
-    max_tokens: int | None = None
-    budget_usd: float | None = None
 
 
 class JobPublic(BaseModel):
@@ -61,9 +62,12 @@ class JobPublic(BaseModel):
     attempts: int
     worker_id: str | None
     cancel_requested: bool
+    waiting: str = Field("", description="Why a queued job is not running yet (no worker serves its device kind).")
     num_steps: int
     best_step_index: int | None
     best_speedup: float | None
+    outcome: str = Field("", description="What the job found: 'faster kernel found', 'no faster kernel found' (the reference stands at 1.00x) or 'no correct kernel'; empty before its first step.")
+    result_speedup: float | None = Field(None, description="The result over the reference: best_speedup when it is a measurable win, 1.0 when the reference stands.")
     best_fraction_of_floor: float | None
     cost_usd: float | None
     created_at: dt.datetime
@@ -210,10 +214,14 @@ class Check(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "degraded", "unavailable"]
     database: Check
     broker: Check
     workers_alive: int
+    unserved_queues: dict[str, int] = Field(
+        default_factory=dict, description="Device kinds with queued or running jobs and no live worker: jobs per kind."
+    )
+    detail: str = Field(default="", description="Why the service is not ok, in words (empty when ok).")
 
 
 class Message(BaseModel):

@@ -14,9 +14,26 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from kloom.db import utcnow
+from agents.records import FINISHED_STATES, JobSpec, Limits, device_of
+from kloom.clock import utcnow
 
-from .models import FINISHED_STATES, Job, JobEvent, StepRecord, Worker
+from .models import Job, JobEvent, StepRecord, Worker
+
+
+def job_spec(job: Job, workload: str) -> JobSpec:
+    """The loop's ``JobSpec`` for a job row; ``workload``: where its source was written (or its name,
+    for a job that has not run)."""
+    return JobSpec(
+        workload=workload,
+        world_size=job.world_size,
+        device=device_of(job.device_kind),
+        shapes=job.shapes,
+        strategist=job.strategist,
+        limits=Limits(**job.limits),
+        job_id=job.id,
+        use_kb=bool(job.options.get("use_kb", True)),
+        options={k: v for k, v in job.options.items() if k != "use_kb"},
+    )
 
 
 def append_event(session: Session, job_id: str, kind: str, payload: dict[str, Any]) -> int:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kloom.db import utcnow
+from kloom.clock import utcnow
 
 from .models import ApiKey
 

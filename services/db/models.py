@@ -20,10 +20,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from kloom.db import Base, JSONType, UTCDateTime, utcnow
+from agents.records import FINISHED_STATES, JOB_STATES
+from kloom.clock import utcnow
+from kloom.db import Base, JSONType, UTCDateTime
 
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "stopped")
-FINISHED_STATES = frozenset({"succeeded", "failed", "cancelled", "stopped"})
 
 
 def new_id() -> str:
@@ -106,6 +106,19 @@ class Job(Base):
     trajectory: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     #: The last event's sequence number (events are numbered 1, 2, ... per job).
     event_seq: Mapped[int] = mapped_column(Integer, default=0)
+
+    @property
+    def outcome(self) -> str:
+        """What the job found (``Trajectory.outcome``, stored with the trajectory; "" before its
+        first step)."""
+        return str((self.trajectory or {}).get("outcome") or "")
+
+    @property
+    def result_speedup(self) -> float | None:
+        """The job's result over the reference: the best kernel's speedup when it is a measurable
+        win, 1.0 when the reference stands, None without a correct kernel."""
+        value = (self.trajectory or {}).get("result_speedup")
+        return float(value) if isinstance(value, (int, float)) else None
 
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     dispatched_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -12,19 +12,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from agents.records import FINISHED_STATES, Step, Trajectory
+
 from . import jobs as job_ops
-from .models import FINISHED_STATES, Job, StepRecord
-
-if TYPE_CHECKING:
-    from agents.records import Step, Trajectory
-
+from .models import Job, StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +85,8 @@ class DBSink:
             best = trajectory.best_step
             meta = trajectory.to_dict()
             meta.pop("steps", None)
+            # Derived, for the job's record: what the job found, in the words of every report.
+            meta["outcome"], meta["result_speedup"] = trajectory.outcome, trajectory.result_speedup
             job.trajectory = json_safe(meta)
             job.num_steps = session.scalar(select(func.count()).select_from(StepRecord).where(StepRecord.job_id == self.job_id))
             job.best_step_index = best.index if best else None

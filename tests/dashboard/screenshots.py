@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_helpers import CHROMIUM, CHROMIUM_ARGS, DOUBLE, LAPTOP, Service  # noqa: E402
 from service_helpers import free_port, kloom_process, wait_for  # noqa: E402
 
-from agents.records import Trajectory  # noqa: E402
-from kb import store as kb_store  # noqa: E402
+from kb import ingest as kb_ingest  # noqa: E402
+from kloom.batch.archive import load_trajectories  # noqa: E402
 from kloom.db import create_db_engine, session_factory  # noqa: E402
 from kloom.suite import BUILTIN_SUITE  # noqa: E402
 from services.db import jobs as job_ops  # noqa: E402
@@ -64,7 +64,7 @@ def import_batch(service: Service, directory: Path) -> str:
     with sessions() as session:
         owner_id = keys.lookup(session, service.admin_key, service.admin_key).id  # commits the admin's row
     with sessions() as session, session.begin():
-        trajectories = [Trajectory.from_dict(json.loads(p.read_text())) for p in sorted(directory.glob("jobs/*/trajectory.json"))]
+        trajectories = load_trajectories(directory)  # job folders, or the archive of a committed batch
         gpu = next(((t.baseline or {}).get("environment", {}).get("gpu", "") for t in trajectories if t.baseline), "")
         kind = "cpu" if settings["device"] == "cpu" else f"cuda-{gpu.split()[-1].lower() or 'gpu'}x{settings['world_size']}"
         batch = Batch(
@@ -113,7 +113,7 @@ def import_batch(service: Service, directory: Path) -> str:
     for traj in trajectories:
         if traj.state in FINISHED:
             with sessions() as session:
-                kb_store.ingest(session, traj)
+                kb_ingest.ingest(session, traj)
     engine.dispose()
     return batch.id
 

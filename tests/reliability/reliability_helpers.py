@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select, text
 
-from agents.records import Plan, Usage
-from agents.roles import CoderOutput
+from agents.records import FINISHED_STATES, Plan, Usage
+from agents.roles import CoderOutput, Planner
 from kloom.settings import Settings
 from service_helpers import ROOT, free_port, kloom_process, service_env, stop_process, wait_for
-from services.db.models import FINISHED_STATES, Job, JobEvent, StepRecord
+from services.db.models import Job, JobEvent, StepRecord
 
 HERE = Path(__file__).resolve().parent
 ADVERSARIAL = ROOT / "tests" / "evaluator" / "adversarial"
@@ -172,7 +172,7 @@ class ApiServer:
 
 def start_worker(settings: Settings, log: Path, *, queues: str = "cpu", sweep: bool = False, **extra_env: str) -> subprocess.Popen:
     """A real ``kloom worker`` process (Celery, prefork, one job at a time)."""
-    env = service_env(settings, **FAST_EVAL_ENV, **extra_env)
+    env = service_env(settings, **{**FAST_EVAL_ENV, **extra_env})
     args = ["worker", "--queues", queues] + (["--sweep"] if sweep else [])
     return kloom_process(args, env, log)
 
@@ -241,7 +241,7 @@ def _parse(lines):
 
 
 # Scripted agent roles ------------------------------------------------------------------------
-class ScriptedPlanner:
+class ScriptedPlanner(Planner):
     """Plans the named candidates in order (``agents.roles.Planner``), then says it is done."""
 
     def __init__(self, names: list[str]):

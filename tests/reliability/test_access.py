@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from kb import store
+from kb import ingest as kb_ingest, store
 from service_helpers import TINY_WORKLOAD, submit
 from tests.kb.kb_trajectories import Tried, Workload, trajectory
 
@@ -24,7 +24,7 @@ def _alice_world(client, sessions, alice) -> dict[str, str]:
     workload = Workload(name=job["workload_name"], source=source)
     traj = trajectory(job["id"], workload, [Tried("cuda_graph", {"warmup": 3}, speedup=1.8)])
     with sessions() as session:
-        report = store.ingest(session, traj, workload_source=source)
+        report = kb_ingest.ingest(session, traj, workload_source=source)
     assert report.kernels == 1
     with sessions() as session:
         kernel = store.search(session, None, limit=200)
@@ -48,7 +48,8 @@ def test_every_route_keeps_one_keys_jobs_batches_and_code_from_another(client, n
             # Without a key: only /health answers.
             anonymous = client.request(method.upper(), url)
             if path == "/api/v1/health":
-                assert anonymous.status_code == 200
+                # 503 "degraded" too: the tests' jobs wait in queues no worker serves.
+                assert anonymous.status_code in (200, 503) and anonymous.json()["database"]["ok"]
             else:
                 assert anonymous.status_code == 401 and "API key" in anonymous.json()["detail"], what
             r = _call(client, method, url, bob)
@@ -62,8 +63,8 @@ def test_every_route_keeps_one_keys_jobs_batches_and_code_from_another(client, n
                 assert r.status_code == 403 and "another key uploaded" in r.json()["detail"], what
             elif not path.startswith("/api/v1/kb"):
                 # Lists and the rest: no id of Alice's (the knowledge base names the job a
-                # kernel came from, and shares the kernel: by design).
-                assert r.status_code < 500 and ids["job_id"] not in body and ids["batch_id"] not in body, what
+                # kernel came from, and shares the kernel: by design). /health may be degraded.
+                assert (r.status_code < 500 or path == "/api/v1/health") and ids["job_id"] not in body and ids["batch_id"] not in body, what
             checked.append(what)
     assert len(checked) == sum(len(m) for m in spec["paths"].values())
     # Bob's own batch compared with Alice's: hers stays unknown to him.

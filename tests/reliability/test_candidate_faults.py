@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.loop import FileSink, run_job
+from agents.loop import run_job
+from agents.sinks import FileSink
 from agents.records import JobSpec, Limits
 from reliability_helpers import ADVERSARIAL, CORRECT, EVAL_WORKLOADS, ScriptedCoder, ScriptedPlanner, leftover_pool_cgroups
 from services.worker.evaluator import EvalSettings, Evaluator

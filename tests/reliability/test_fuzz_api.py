@@ -38,7 +38,8 @@ def test_no_request_gets_a_server_error_and_every_error_says_why(app, settings, 
         label = f"{case.method} {case.path}"
         calls[label] = calls.get(label, 0) + 1
         what = f"{case.method} {case.formatted_path} -> {response.status_code}"
-        if response.status_code >= 500:
+        degraded = case.path.endswith("/health") and response.status_code == 503 and response.json().get("status") == "degraded"
+        if response.status_code >= 500 and not degraded:  # degraded: the fuzzed jobs wait, no worker serves them
             problems.append(f"{what}: {response.text[:300]}")
         elif response.status_code >= 400:
             try:

@@ -1,6 +1,7 @@
 """Untrusted code: what a rank process can reach, shown by workloads that try (workloads are user
-code that runs in the ranks like candidates, and no static checker reads them), and by the
-sandbox's launcher run directly with the system Python as an unprivileged user.
+code that runs in the ranks like candidates, and no static checker reads them), by the sandbox's
+launcher run directly with the system Python as an unprivileged user, and by a whole worker run
+as an unprivileged user.
 
 Each test names the boundary it shows holding; ``docs/reliability.md`` has the table.
 """
@@ -10,22 +11,25 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
-from dataclasses import asdict, replace
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from reliability_helpers import ROOT, leftover_pool_cgroups
-from services.worker.evaluator import EvalSettings, Evaluator, sandbox
+from reliability_helpers import ROOT
+from services.worker.evaluator import EvalSettings, Evaluator, sandbox, sandbox_view
 from services.worker.evaluator.static_check import check_candidate
 
 PLATFORM = sandbox.platform()
 needs_root = pytest.mark.skipif(not PLATFORM.root, reason="namespaces and cgroups for pools need root here")
 needs_pids_cgroup = pytest.mark.skipif("pids" not in PLATFORM.cgroups, reason="no writable pids cgroup here")
+needs_view = pytest.mark.skipif(not (PLATFORM.root and PLATFORM.view and PLATFORM.pidns), reason="needs root, open_tree and pid namespaces")
 SYSTEM_PYTHON = "/usr/bin/python3"
 needs_system_python = pytest.mark.skipif(
     not (PLATFORM.root and os.access(SYSTEM_PYTHON, os.X_OK)), reason="needs root and a system Python an unprivileged user can run"
@@ -48,7 +52,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 WORLD_SIZES = [2]
-REPORT = {report!r}
+REPORT = "report"
 
 
 class Model(nn.Module):
@@ -68,7 +72,9 @@ def attempt(fn):
 
 
 def report(data):
-    with open(f"{{REPORT}}.{{dist.get_rank()}}", "w") as fh:
+    # The rank's compiler caches are the one writable place that outlives its pool.
+    folder = os.path.dirname(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    with open(os.path.join(folder, f"{{REPORT}}.{{dist.get_rank()}}"), "w") as fh:
         json.dump(data, fh)
     raise RuntimeError("probe finished")
 '''
@@ -92,14 +98,28 @@ def get_init_inputs():
         s.connect(path)
         s.close()
 
+    def write(path):
+        with open(path, "a") as fh:
+            fh.write("probe")
+        return "written"
+
+    def processes():
+        return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     cwd = os.getcwd()
+    open(os.path.join(cwd, "scratch"), "w").write("mine")
+    open("/dev/shm/probe-shm", "w").write("shared")
     report({{
         "uid": os.getuid(),
         "environ": dict(os.environ),
         "proc_environ": open("/proc/self/environ", "rb").read().decode("utf-8", "replace"),
         "cap_eff": int(status["CapEff"].strip(), 16),
+        # CUDA needs a writable /proc; the kernel's settings in it stay read-only (checked by the
+        # mount's flags: writing a sysctl to see would change the host's if the sandbox failed).
+        "proc_readonly": bool(os.statvfs("/proc").f_flag & os.ST_RDONLY),
+        "proc_sys_readonly": bool(os.statvfs("/proc/sys").f_flag & os.ST_RDONLY),
         "no_new_privs": status["NoNewPrivs"].strip(),
         "cwd": cwd,
         "cwd_mode": oct(stat.S_IMODE(os.stat(cwd).st_mode)),
@@ -107,11 +127,21 @@ def get_init_inputs():
         "tcp_outside": attempt(lambda: tcp({outside_port})),
         "tcp_postgres": attempt(lambda: tcp(5432)),
         "unix_postgres": attempt(lambda: unix("/var/run/postgresql/.s.PGSQL.5432")),
-        "parent_environ": attempt(lambda: len(open(f"/proc/{{os.getppid()}}/environ", "rb").read())),
+        "pool_environ": attempt(lambda: len(open(f"/proc/{pool_pid}/environ", "rb").read())),
         "raise_open_files": attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (hard * 2, hard * 2))),
-        "write_kloom_code": attempt(lambda: open({code_file!r}, "a").close()),
+        "write_kloom_code": attempt(lambda: write({code_file!r})),
+        "write_etc": attempt(lambda: write("/etc/kloom-probe")),
+        "write_root": attempt(lambda: write("/kloom-probe")),
         "leave_cgroup": attempt(lambda: open("/sys/fs/cgroup/pids/cgroup.procs", "w").write(str(os.getpid()))),
         "join_host_network": attempt(join_host_network),
+        "hidden_listing": attempt(lambda: os.listdir({hidden!r})),
+        "hidden_secret": attempt(lambda: open({secret!r}).read()),
+        "hidden_write": attempt(lambda: write({secret!r})),
+        "tmp_listing": sorted(os.listdir("/tmp")),
+        "shm_listing": sorted(os.listdir("/dev/shm")),
+        "processes": processes(),
+        "kill_everything": attempt(lambda: os.kill(-1, 0)),
+        "home_listing": attempt(lambda: os.listdir(os.path.expanduser("~root"))),
     }})
 '''
 
@@ -176,17 +206,50 @@ def _settings(**overrides) -> EvalSettings:
     return EvalSettings.for_device("cpu", shapes="ci", call_timeout_s=20.0, timing_budget_s=0.1, min_iters=3, **overrides)
 
 
-def _probe(tmp_path: Path, template: str, settings: EvalSettings, **fields) -> tuple[object, list[dict], dict[str, str]]:
+def _service_settings(tmp_path: Path, **overrides) -> EvalSettings:
+    """As the service's worker runs ranks: an unprivileged user, the temporary directories
+    covered, the service's data (here a directory holding a fake key) hidden."""
+    return sandbox.for_service(_settings(hidden_paths=[str(tmp_path / "data")], private_tmp=True,
+                                         readable_paths=[str(tmp_path / "job")], **overrides))
+
+
+@dataclass
+class Probed:
+    result: object
+    reports: list[dict]
+    enforced: dict[str, str]
+    #: The pool's pid namespace (``pid:[inode]``), or "" without one.
+    pid_namespace: str
+
+
+def _probe(tmp_path: Path, template: str, settings: EvalSettings, **fields) -> Probed:
     """Run ``template`` as a workload's reference on 2 ranks: the result, the ranks' reports, and
     what the pool's sandbox says it enforced."""
-    workload = tmp_path / "probe.py"
-    report = tmp_path / "report.json"
-    workload.write_text(textwrap.dedent(template.format(report=str(report), **fields)))
+    job = tmp_path / "job"
+    job.mkdir(exist_ok=True)
+    workload = job / "probe.py"
+    workload.write_text(textwrap.dedent(template.format(pool_pid=os.getpid(), **fields)))
+    workload.chmod(0o600)
+    job.chmod(0o700)
+    sandbox.share_with_ranks([str(job), str(workload)], settings)  # as the worker does
+    settings = replace(settings, cache_scope=f"probe-{tmp_path.name}")
     with Evaluator("cpu", settings) as evaluator:
-        enforced = evaluator.pool(2).isolation.enforced()  # the warm pool the probe then runs in
+        isolation = evaluator.pool(2).reference.isolation  # the warm pool the probe then runs in (the candidate's has the same sandbox)
+        enforced, cache = isolation.enforced(), isolation.cache_dir()
+        pidns = os.readlink(f"{isolation.ns_dir}/pid_for_children") if "pid" in isolation.namespaces else ""
         result = evaluator.baseline(workload, world_size=2)
-    reports = [json.loads(Path(f"{report}.{rank}").read_text()) for rank in range(2) if Path(f"{report}.{rank}").exists()]
-    return result, reports, enforced
+    reports = [json.loads(Path(cache, f"report.{rank}").read_text()) for rank in range(2) if Path(cache, f"report.{rank}").exists()]
+    shutil.rmtree(cache, ignore_errors=True)
+    return Probed(result, reports, enforced, pidns)
+
+
+@pytest.fixture()
+def service_data(tmp_path):
+    """A stand-in for the service's data directory: a key file, readable by root only."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "admin_key").write_text("kl_admin-SANDBOX-5e1f\n")
+    return {"hidden": str(data), "secret": str(data / "admin_key")}
 
 
 @pytest.fixture()
@@ -211,70 +274,117 @@ def test_rank_environment_keeps_no_credentials(secrets_in_environment, tmp_path)
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
 
 
-@needs_root
-def test_a_rank_reaches_nothing_outside_its_pool(tmp_path, secrets_in_environment, outside_listener):
+def _refused(found: dict, *probes: str) -> None:
+    for probe in probes:
+        assert found[probe].startswith("refused"), f"{probe}: {found[probe]}"
+
+
+@needs_view
+def test_a_service_rank_reaches_nothing_outside_its_pool(tmp_path, secrets_in_environment, outside_listener, service_data):
+    """The service's ranks (the worker is root here, its interpreter under mode-700 /root): an
+    unprivileged user, a read-only filesystem with the service's data and the other pools' and
+    jobs' files out of sight, their own directory, /dev/shm and caches, their own pool's processes
+    and loopback, nothing else."""
     code_file = ROOT / "services" / "worker" / "evaluator" / "compare.py"
     before = code_file.stat().st_mtime_ns
-    result, reports, enforced = _probe(tmp_path, REACH, _settings(), outside_port=outside_listener, code_file=str(code_file))
+    settings = _service_settings(tmp_path)
+    assert settings.rank_user == sandbox.SERVICE_RANK_USER, "the root worker runs ranks as an unprivileged user"
+    probed = _probe(tmp_path, REACH, settings, outside_port=outside_listener, code_file=str(code_file), **service_data)
+    result, reports, enforced = probed.result, probed.reports, probed.enforced
     assert result.status == "workload_error" and "probe finished" in result.error.message, result.error
     assert len(reports) == 2, result.error
     for rank, found in enumerate(reports):
         leaked = [k for k, v in found["environ"].items() if k in SECRETS or "SANDBOX" in v]
         assert not leaked and "SANDBOX" not in found["proc_environ"], f"rank {rank} sees {leaked}"
-        # Its own private directory.
+        assert found["uid"] == NOBODY.pw_uid and found["cap_eff"] == 0 and found["no_new_privs"] == "1"
+        # Its own private directory; everything else in the temporary directories is covered.
         assert found["cwd"] == found["environ"]["HOME"] == found["environ"]["TMPDIR"] and found["cwd_mode"] == "0o700"
+        # Only the way to its own directory, its caches and the job's workload (the worker's files).
+        job_top = Path(tmp_path).relative_to("/tmp").parts[0]
+        assert set(found["tmp_listing"]) == {os.path.basename(found["cwd"]), f"kloom-cache-{NOBODY.pw_uid}", job_top}, found["tmp_listing"]
+        assert found["shm_listing"] == ["probe-shm"], found["shm_listing"]
+        # The service's data: gone (it lies in /tmp here; elsewhere an empty, read-only directory).
+        assert found["hidden_listing"].startswith("refused: FileNotFoundError"), found["hidden_listing"]
+        _refused(found, "hidden_secret", "hidden_write", "write_kloom_code", "write_etc", "write_root")
+        # root's home (mode 700 here): only the way to the interpreter, where it lives there.
+        home = os.path.expanduser("~root")
+        shown = sorted({Path(p).relative_to(home).parts[0] for p in sandbox._code_paths() if p.startswith(home + "/")})
+        assert found["home_listing"] == (f"allowed: {shown}" if shown else found["home_listing"]), found["home_listing"]
+        assert "Read-only file system" in found["write_etc"]
         # No network but its own loopback: not the host's services, not PostgreSQL's Unix socket.
         assert found["interfaces"] == ["lo"], found["interfaces"]
-        for probe in ("tcp_outside", "tcp_postgres", "unix_postgres", "join_host_network"):
-            assert found[probe].startswith("refused"), f"{probe}: {found[probe]}"
-        # No way back out of the limits: the cgroup tree is hidden, raising a limit is refused.
-        assert found["leave_cgroup"].startswith("refused") and found["raise_open_files"].startswith("refused")
-        # The pool's process is not readable (non-dumpable, and the rank has no CAP_SYS_PTRACE).
-        assert found["parent_environ"].startswith("refused"), found["parent_environ"]
-        # kloom's code is read-only to a rank that stays root.
-        assert "Read-only file system" in found["write_kloom_code"], found["write_kloom_code"]
-        assert found["cap_eff"] & ~((1 << 14) | (1 << 23)) == 0 and found["no_new_privs"] == "1"
-    assert code_file.stat().st_mtime_ns == before
-    assert enforced["network"].startswith("own namespace")
+        _refused(found, "tcp_outside", "tcp_postgres", "unix_postgres", "join_host_network")
+        # Its pool's processes only: the pool's reaper, two launchers' ranks; the host's are not there.
+        assert len(found["processes"]) <= 4 and os.getpid() not in found["processes"], found["processes"]
+        _refused(found, "pool_environ", "leave_cgroup", "raise_open_files")
+    assert code_file.stat().st_mtime_ns == before and not Path("/etc/kloom-probe").exists()
+    assert Path(service_data["secret"]).read_text() == "kl_admin-SANDBOX-5e1f\n"
+    assert enforced["network"].startswith("own namespace") and enforced["user"] == "nobody"
+    assert enforced["processes_visible"].startswith("its pool's only") and enforced["filesystem"].startswith("read-only")
+    assert service_data["hidden"] in enforced["hidden_paths"] and "/tmp" in enforced["covered_paths"]
+    assert f"scope probe-{tmp_path.name}" in enforced["compiler_caches"]
+
+
+@needs_view
+def test_a_rank_of_a_root_caller_is_read_only_too(tmp_path, service_data, outside_listener):
+    """``kloom optimize`` run by root keeps its ranks root (its workloads may be anywhere root can
+    read), without capabilities: the filesystem is read-only to them all the same, /proc is the
+    pool's own, and the hidden paths are hidden."""
+    code_file = ROOT / "services" / "worker" / "evaluator" / "compare.py"
+    settings = _settings(hidden_paths=[service_data["hidden"]])
+    probed = _probe(tmp_path, REACH, settings, outside_port=outside_listener, code_file=str(code_file), **service_data)
+    result, reports, enforced = probed.result, probed.reports, probed.enforced
+    assert len(reports) == 2, result.error
+    for found in reports:
+        assert found["uid"] == 0 and found["cap_eff"] & ~((1 << 14) | (1 << 23)) == 0
+        _refused(found, "write_kloom_code", "write_etc", "write_root", "hidden_secret", "hidden_write")
+        assert found["hidden_listing"] == "allowed: []"
+        assert len(found["processes"]) <= 4, found["processes"]
+        assert not found["proc_readonly"] and found["proc_sys_readonly"], found
+    assert not Path("/etc/kloom-probe").exists() and enforced["user"] == "root"
 
 
 @needs_root
 @needs_pids_cgroup
 def test_processes_are_capped_per_pool_and_killed_with_it(tmp_path):
     settings = _settings(rank_processes=24)
-    result, reports, enforced = _probe(tmp_path, FORKS, settings)
-    assert enforced["processes"] == "pids cgroup, 48 per pool"
-    forked = [r for r in reports]
+    probed = _probe(tmp_path, FORKS, settings)
+    assert probed.enforced["processes"] == "pids cgroup, 48 per pool"
+    forked = probed.reports
     assert forked and all("Resource temporarily unavailable" in r["error"] for r in forked), forked
-    # Two ranks (plus their threads) and their children share the pool's 48.
+    # Two ranks (plus their threads, their launchers and the pool's reaper) and their children share the pool's 48.
     assert sum(len(r["children"]) for r in forked) < 48
-    # Every child left its process group; the pool's cgroup still found and killed them.
-    alive = [pid for r in forked for pid in r["children"] if _alive(pid)]
-    assert not alive, f"children still running: {alive}"
-    assert result.status == "workload_error"
+    # Every child left its process group; the pool's cgroup still found and killed them (the
+    # children's pids are those of the pool's pid namespace: look for any process still in it).
+    assert probed.pid_namespace
+    deadline = time.monotonic() + 5  # SIGKILL takes effect as each process is next scheduled
+    while _in_pid_namespace(probed.pid_namespace) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _in_pid_namespace(probed.pid_namespace)
+    assert probed.result.status == "workload_error"
 
 
 @needs_root
 def test_open_files_are_capped(tmp_path):
-    result, reports, enforced = _probe(tmp_path, OPEN_FILES, _settings(rank_open_files=64))
-    assert enforced["open_files"] == "RLIMIT_NOFILE 64"
-    assert reports and all(r["opened"] < 64 and "Too many open files" in r["error"] for r in reports), reports
+    probed = _probe(tmp_path, OPEN_FILES, _settings(rank_open_files=64))
+    assert probed.enforced["open_files"] == "RLIMIT_NOFILE 64"
+    assert probed.reports and all(r["opened"] < 64 and "Too many open files" in r["error"] for r in probed.reports), probed.reports
 
 
 @needs_root
 def test_memory_is_capped(tmp_path):
     limit = 1536 << 20  # a rank maps about 0.8 GiB once torch and gloo are loaded
-    result, reports, enforced = _probe(tmp_path, MEMORY, _settings(rank_memory_bytes=limit))
-    assert enforced["memory"].startswith(f"RLIMIT_AS {limit} per rank")
-    assert reports and all(r["allocated"] < limit and r["error"].startswith("MemoryError") for r in reports), reports
+    probed = _probe(tmp_path, MEMORY, _settings(rank_memory_bytes=limit))
+    assert probed.enforced["memory"].startswith(f"RLIMIT_AS {limit} per rank")
+    assert probed.reports and all(r["allocated"] < limit and r["error"].startswith("MemoryError") for r in probed.reports), probed.reports
 
 
 @needs_root
 @pytest.mark.slow
 def test_cpu_time_is_capped(tmp_path):
-    result, reports, enforced = _probe(tmp_path, SPINS, _settings(rank_cpu_seconds=5))
-    assert enforced["cpu_time"] == "RLIMIT_CPU 5 s"
-    assert result.status == "crashed" and "SIGXCPU" in result.error.message, result.error
+    probed = _probe(tmp_path, SPINS, _settings(rank_cpu_seconds=5))
+    assert probed.enforced["cpu_time"] == "RLIMIT_CPU 5 s"
+    assert probed.result.status == "crashed" and "SIGXCPU" in probed.result.error.message, probed.result.error
 
 
 @needs_root
@@ -307,8 +417,10 @@ def test_launcher_runs_a_rank_as_an_unprivileged_user_with_a_process_limit(tmp_p
 def test_unprivileged_launchers_share_one_network_namespace(tmp_path):
     """A worker that is not root (the deployed container) still gets a network namespace of the
     pool's own, inside a user namespace: its ranks reach each other over loopback, nothing else."""
+    view = asdict(sandbox_view.View(hide=list(sandbox.HIDDEN_PATHS), proc=PLATFORM.pidns))
+    namespaces = ["net", "ipc"] + (["pid"] if PLATFORM.pidns else [])
     first = _spawn_launcher(
-        tmp_path, sandbox.Plan(status_fd=-1, netns="new", hide=list(sandbox.HIDDEN_PATHS)),
+        tmp_path, sandbox.Plan(status_fd=-1, pool_ns="new", namespaces=namespaces, view=view),
         "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 47321)); s.listen(1)\nprint('listening', flush=True)\ntime.sleep(60)",
         user=NOBODY,
     )
@@ -322,18 +434,123 @@ def test_unprivileged_launchers_share_one_network_namespace(tmp_path):
             "    except OSError as exc:\n        return type(exc).__name__\n"
             "print(json.dumps({'pool_peer': reach(('127.0.0.1', 47321)), 'postgres': reach(('127.0.0.1', 5432)),"
             " 'postgres_socket': reach('/var/run/postgresql/.s.PGSQL.5432', socket.AF_UNIX),"
-            " 'interfaces': [n for _, n in socket.if_nameindex()], 'uid': os.getuid()}))"
+            " 'interfaces': [n for _, n in socket.if_nameindex()], 'uid': os.getuid(),"
+            " 'processes': len([p for p in os.listdir('/proc') if p.isdigit()])}))"
         )
-        joined = _launch(tmp_path, sandbox.Plan(status_fd=-1, netns=f"/proc/{first.pid}/ns", hide=list(sandbox.HIDDEN_PATHS)), probe, user=NOBODY)
+        joined = _launch(tmp_path, sandbox.Plan(status_fd=-1, pool_ns=f"/proc/{first.pid}/ns", namespaces=namespaces, view=view), probe, user=NOBODY)
         found = json.loads(joined.stdout)
+        processes = found.pop("processes")
         assert found == {"pool_peer": "reached", "postgres": "ConnectionRefusedError",
                          "postgres_socket": "FileNotFoundError", "interfaces": ["lo"], "uid": NOBODY.pw_uid}, found
+        if PLATFORM.pidns:  # the reaper, the listener, the probe
+            assert processes == 3, processes
         with socket.socket() as host:  # the pool's listener is not on the host's loopback
             host.settimeout(3)
             assert host.connect_ex(("127.0.0.1", 47321)) != 0
     finally:
         first.kill()
         first.wait(10)
+
+
+@needs_view
+def test_read_only_by_remounting_where_mount_setattr_is_missing(tmp_path):
+    """Kernels before 5.12 have no mount_setattr: each mount is remounted read-only instead, and
+    the writable holes stay writable."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    view = sandbox_view.plan_view(uid=0, gid=0, hide=list(sandbox.HIDDEN_PATHS), scratch=[], readable=[],
+                                  writable=[str(scratch)], readonly="remount", cwd=str(scratch))
+    code = ("import json, os\n"
+            "def write(path):\n"
+            "    try:\n        open(path, 'a').close(); return 'written'\n"
+            "    except OSError as exc:\n        return exc.strerror\n"
+            "print(json.dumps({'etc': write('/etc/kloom-probe'), 'dev_shm': write('/dev/shm/kloom-probe'),"
+            " 'scratch': write('scratch-file'), 'cwd': os.getcwd()}))")
+    found = json.loads(_launch(tmp_path, sandbox.Plan(status_fd=-1, view=asdict(view)), code).stdout)
+    assert found == {"etc": "Read-only file system", "dev_shm": "Read-only file system", "scratch": "written", "cwd": str(scratch)}, found
+    assert (scratch / "scratch-file").exists() and not Path("/etc/kloom-probe").exists()
+
+
+@needs_view
+def test_a_hidden_file_reads_empty_and_keeps_its_content(tmp_path):
+    """An SQLite file outside the data directory, with its journal: covered by /dev/null."""
+    db = tmp_path / "elsewhere.db"
+    db.write_text("the keys")
+    Path(f"{db}-wal").write_text("the journal")
+    view = sandbox_view.plan_view(uid=0, gid=0, hide=[str(db)], scratch=[], readable=[], writable=[])
+    code = ("import json\n"
+            f"found = {{p: open(p).read() for p in ({str(db)!r}, {str(db) + '-wal'!r})}}\n"
+            f"open({str(db)!r}, 'w').write('overwritten')\n"
+            "print(json.dumps(found))")
+    found = json.loads(_launch(tmp_path, sandbox.Plan(status_fd=-1, view=asdict(view)), code).stdout)
+    assert found == {str(db): "", f"{db}-wal": ""}, found
+    assert db.read_text() == "the keys" and Path(f"{db}-wal").read_text() == "the journal"
+
+
+UNPRIVILEGED_WORKER = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from services.worker.evaluator import EvalSettings, Evaluator, sandbox
+settings = EvalSettings.for_device("cpu", shapes="ci", call_timeout_s=30.0, timing_budget_s=0.1, min_iters=3,
+                                   hidden_paths=[{hidden!r}], private_tmp=True, readable_paths=[{job!r}], cache_scope="probe")
+with Evaluator("cpu", settings) as evaluator:
+    isolation = evaluator.pool(2).reference.isolation
+    enforced, cache = isolation.enforced(), isolation.cache_dir()
+    result = evaluator.baseline({workload!r}, world_size=2)
+reports = [json.load(open(os.path.join(cache, f"report.{{r}}"))) for r in range(2) if os.path.exists(os.path.join(cache, f"report.{{r}}"))]
+print(json.dumps({{"uid": os.getuid(), "platform": sandbox.platform().__dict__, "enforced": enforced,
+                  "error": result.error.message if result.error else "", "reports": reports}}))
+"""
+
+
+@needs_view
+@pytest.mark.slow
+def test_an_unprivileged_worker_hides_its_data_from_its_ranks(tmp_path, service_data, outside_listener):
+    """A worker that is not root (the deployed container's user): its ranks get a user namespace,
+    and in it the same view, network and pid namespace as a root worker's. The worker here is run
+    as ``nobody`` through the launcher itself, which shows it its interpreter (under mode-700
+    /root on this machine) and lets it write /tmp, /dev/shm and /proc (its user namespaces' maps),
+    as a host would."""
+    job, out = tmp_path / "job", tmp_path / "out"
+    job.mkdir()
+    out.mkdir()
+    workload = job / "probe.py"
+    code_file = ROOT / "services" / "worker" / "evaluator" / "compare.py"
+    workload.write_text(textwrap.dedent(REACH.format(pool_pid=os.getpid(), outside_port=outside_listener, code_file=str(code_file), **service_data)))
+    script = job / "worker.py"
+    script.write_text(UNPRIVILEGED_WORKER.format(root=str(ROOT), job=str(job), workload=str(workload), **service_data))
+    for path in (job, out, tmp_path):
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+    os.chmod(Path(service_data["hidden"]), 0o755)  # readable by the worker's own user: its ranks must still not see it
+    os.chmod(service_data["secret"], 0o644)
+    view = sandbox_view.plan_view(uid=NOBODY.pw_uid, gid=NOBODY.pw_gid, hide=[], scratch=[],
+                                  readable=sandbox._code_paths() + [str(job), service_data["hidden"]],
+                                  writable=[str(out), "/tmp", "/dev/shm", "/proc"], cwd=str(out))
+    plan = sandbox.Plan(status_fd=-1, uid=NOBODY.pw_uid, gid=NOBODY.pw_gid, view=asdict(view))
+    read, write = os.pipe()
+    plan = replace(plan, status_fd=write, parent=os.getpid())
+    env = {"PATH": "/usr/bin:/bin", "KLOOM_CACHE_DIR": str(out), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, sandbox.LAUNCHER, json.dumps(asdict(plan)), "--", sys.executable, str(script)],
+                            pass_fds=(write,), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(write)
+    assert sandbox._read_report(read, 30) == "ok"
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    found = json.loads(stdout.strip().splitlines()[-1])
+    assert found["uid"] == NOBODY.pw_uid and found["platform"]["root"] is False
+    assert "probe finished" in found["error"] and len(found["reports"]) == 2, found["error"]
+    enforced = found["enforced"]
+    assert enforced["network"].startswith("own namespace") and enforced["filesystem"].startswith("read-only"), enforced
+    assert enforced["processes_visible"].startswith("its pool's only"), enforced
+    for rank in found["reports"]:
+        assert rank["uid"] == NOBODY.pw_uid and rank["cap_eff"] == 0
+        # The worker's own user could read the data; its ranks do not find it (it lies in /tmp).
+        assert rank["hidden_listing"].startswith("refused: FileNotFoundError"), rank["hidden_listing"]
+        _refused(rank, "hidden_secret", "hidden_write", "write_etc", "write_kloom_code", "tcp_outside", "tcp_postgres", "unix_postgres")
+        assert rank["interfaces"] == ["lo"] and len(rank["processes"]) <= 4, rank
+        # Its own directory and the way to the job's workload (its caches are in the worker's KLOOM_CACHE_DIR).
+        assert set(rank["tmp_listing"]) == {os.path.basename(rank["cwd"]), Path(tmp_path).relative_to("/tmp").parts[0]}, rank["tmp_listing"]
+    assert Path(service_data["secret"]).read_text() == "kl_admin-SANDBOX-5e1f\n"
 
 
 @pytest.mark.parametrize("call", ["torch.os.fork()", "torch.os.execv('/bin/sh', ['sh'])", "torch.ctypes.CDLL(None)", "torch.sys.modules.clear()"])
@@ -365,7 +582,7 @@ def _spawn_launcher(tmp_path: Path, plan: sandbox.Plan, code: str, user=None) ->
     """The sandbox's launcher, run by the system Python (readable by any user), starting ``code``."""
     read, write = os.pipe()
     plan = replace(plan, status_fd=write, parent=os.getpid())
-    sandbox_file = str(Path(sandbox.__file__))
+    sandbox_file = sandbox.LAUNCHER
     kwargs = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if user else {}
     proc = subprocess.Popen(
         [SYSTEM_PYTHON, sandbox_file, json.dumps(asdict(plan)), "--", SYSTEM_PYTHON, "-c", code],
@@ -384,9 +601,15 @@ def _launch(tmp_path: Path, plan: sandbox.Plan, code: str, user=None) -> subproc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def _in_pid_namespace(namespace: str) -> list[int]:
+    """Host pids of the live processes in the pid namespace ``namespace`` (``pid:[inode]``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(int(entry))
+        except OSError:
+            continue
+    return found

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from agents.records import FINISHED_STATES
 from reliability_helpers import EVAL_WORKLOADS, RedisServer, consistency_problems, start_worker
 from service_helpers import TINY_WORKLOAD, stop_process, submit, wait_for
-from services.db.models import FINISHED_STATES
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 LLM_KEY = "sk-reliability-fake-" + os.urandom(8).hex()

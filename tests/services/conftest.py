@@ -18,7 +18,7 @@ from kloom.settings import Settings
 # The tests import their helpers by module name; this directory is not a package (it would
 # shadow the real ``services`` package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_helpers import PG_ADMIN, REDIS_URL, drop_database, kloom_process, new_database, service_env, stop_process  # noqa: E402
+from service_helpers import EXPECTED_KINDS, PG_ADMIN, REDIS_URL, drop_database, kloom_process, new_database, service_env, stop_process  # noqa: E402
 
 
 def _require(url_check, what: str) -> None:
@@ -63,6 +63,8 @@ def settings(pg_url, redis_client, run_id, tmp_path_factory) -> Settings:
         heartbeat_interval_s=1.0,
         worker_dead_after_s=30.0,
         sse_poll_s=0.1,
+        # The kinds the tests submit to: cpu (the tests' workers), and GPU kinds no worker serves.
+        expected_device_kinds=EXPECTED_KINDS,
     )
     for key in redis_client.scan_iter(match=f"{prefix}*"):
         redis_client.delete(key)

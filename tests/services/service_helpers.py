@@ -60,6 +60,8 @@ def queue_length(redis_client, settings: Settings, queue: str) -> int:
 
 #: A queue no test worker serves: jobs submitted there stay queued until a test moves them.
 IDLE_QUEUE = "cuda-h100x2"
+#: Device kinds the tests' service accepts though no worker has served them (``expected_device_kinds``).
+EXPECTED_KINDS = ["cpu", IDLE_QUEUE, "cuda-h100x8", "cuda-h200x4", "cuda-h200x8"]
 
 
 def submit(client, headers, source: str = TINY_WORKLOAD, filename: str = "tiny.py", **fields):
@@ -89,6 +91,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         KLOOM_ADMIN_KEY=settings.admin_key_value(),
         KLOOM_HEARTBEAT_INTERVAL_S=str(settings.heartbeat_interval_s),
         KLOOM_WORKER_DEAD_AFTER_S=str(settings.worker_dead_after_s),
+        KLOOM_EXPECTED_DEVICE_KINDS=",".join(settings.expected_device_kinds),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

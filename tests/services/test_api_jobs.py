@@ -196,3 +196,23 @@ def test_a_batch_of_named_workloads_runs_only_those(client, new_key):
     assert batch["settings"]["workloads"] == names
     again = client.get(f"/api/v1/batches/{batch['id']}", headers=headers).json()
     assert len(again["workloads"]) == 2
+
+
+def test_the_job_record_says_what_the_job_found(client, new_key, sessions):
+    """The listing carries the job's outcome: a speedup without an interval that clears 1.0 is no
+    measurable win, and the reference stands at 1.00x."""
+    headers = new_key()
+    unsure = submit(client, headers).json()["id"]
+    _run_steps(sessions, unsure, [0.5], final="succeeded")  # 4.0x by its medians, no interval
+    job = client.get(f"/api/v1/jobs/{unsure}", headers=headers).json()
+    assert job["best_speedup"] == 4.0 and job["outcome"] == "no faster kernel found" and job["result_speedup"] == 1.0
+    sure = submit(client, headers).json()["id"]
+    with sessions() as s, s.begin():
+        claim = job_ops.claim(s, sure, "test-worker", max_attempts=3, dead_after_s=60)
+    step = _step(0, 0.5)
+    step.evaluation["timing"].update(reference_ms=2.0, speedup_ci_low=3.6, speedup_ci_high=4.4)
+    traj = Trajectory(job=JobSpec(workload="w.py", world_size=2), steps=[step], state="succeeded")
+    DBSink(sessions, sure, claim.attempt).save(traj, step)
+    listed = {j["id"]: j for j in client.get("/api/v1/jobs", headers=headers).json()["data"]}
+    assert listed[sure]["outcome"] == "faster kernel found" and listed[sure]["result_speedup"] == 4.0
+    assert listed[unsure]["outcome"] == "no faster kernel found"

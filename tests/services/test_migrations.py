@@ -12,9 +12,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.orm import Session
 
+from agents.records import FINISHED_STATES
 from kloom.db import Base, create_db_engine, current_revision, upgrade
 from service_helpers import drop_database, new_database
-from services.db.models import FINISHED_STATES, ApiKey, Job, JobEvent, StepRecord
+from services.db.models import ApiKey, Job, JobEvent, StepRecord
 
 SERVICE_TABLES = {"api_keys", "batches", "jobs", "steps", "job_events", "workers"}
 

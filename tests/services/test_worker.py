@@ -10,7 +10,7 @@ import json
 import pytest
 
 from agents.records import JobSpec, Plan, Step, Trajectory
-from kloom.db import utcnow
+from kloom.clock import utcnow
 from service_helpers import queue_length, submit, wait_for
 from services.db import jobs as job_ops
 from services.db.models import Job, Worker

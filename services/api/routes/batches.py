@@ -3,8 +3,6 @@ progress is derived from those jobs."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -12,13 +10,14 @@ from sqlalchemy import delete, func, select
 
 from kloom import suite
 from kloom.workload import read_source
-from services.db.models import FINISHED_STATES, Batch, Job
+from services.db.models import Batch, Job
 from services.worker.celery_app import dispatch
 
 from .. import workloads
+from ..batch_aggregate import aggregate, job_row
 from ..deps import CeleryDep, CurrentKey, SessionDep, SettingsDep
-from ..schemas import BatchCreate, BatchesPublic, BatchPublic, BatchSummary, BatchWorkload
-from .jobs import broker_unavailable, new_job
+from ..schemas import MAX_INT, BatchCreate, BatchesPublic, BatchPublic, BatchSummary, BatchWorkload
+from .jobs import broker_unavailable, check_device_kind, new_job
 
 router = APIRouter(prefix="/batches", tags=["batches"])
 
@@ -34,6 +33,9 @@ def create_batch(data: BatchCreate, key: CurrentKey, session: SessionDep, settin
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"no workload of the {data.suite} suite supports world size {data.world_size}"
         )
+    for info in found:
+        workloads.check_settings(info, data, settings)
+    check_device_kind(session, settings, data.device_kind)
     settings_record = data.model_dump(exclude={"suite"})
     batch = Batch(owner_key_id=key.id, suite=data.suite, settings=settings_record)
     session.add(batch)
@@ -41,7 +43,6 @@ def create_batch(data: BatchCreate, key: CurrentKey, session: SessionDep, settin
     jobs = []
     for info in found:
         workload = workloads.Workload(info, read_source(info.path))
-        workloads.check_settings(info, data, settings)
         jobs.append(new_job(session, key.id, workload, data, batch_id=batch.id))
     session.commit()
     try:
@@ -75,7 +76,7 @@ def _chosen(data: BatchCreate, every: list, supported: list) -> list:
 def list_batches(
     key: CurrentKey,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> BatchesPublic:
     """The key's batches, newest first, with their summaries."""
@@ -117,18 +118,14 @@ def _progress(job: Job) -> dict:
 
 def summarize(jobs: list[Job]) -> BatchSummary:
     """Correctness, fast_1, geometric-mean speedup and median fraction of floor over the jobs so far."""
-    by_state: dict[str, int] = {}
-    for job in jobs:
-        by_state[job.state] = by_state.get(job.state, 0) + 1
-    speedups = [j.best_speedup for j in jobs if j.best_speedup is not None and j.best_speedup > 0]
-    fractions = [j.best_fraction_of_floor for j in jobs if j.best_fraction_of_floor is not None]
+    agg = aggregate([job_row(j) for j in jobs])
     return BatchSummary(
-        total=len(jobs),
-        finished=sum(1 for j in jobs if j.state in FINISHED_STATES),
-        by_state=by_state,
-        correct=sum(1 for j in jobs if j.best_step_index is not None),
-        fast_1=sum(1 for s in speedups if s > 1.0) / len(jobs) if jobs else None,
-        geomean_speedup=math.exp(statistics.fmean(math.log(s) for s in speedups)) if speedups else None,
-        median_fraction_of_floor=statistics.median(fractions) if fractions else None,
-        cost_usd=sum(j.cost_usd or 0.0 for j in jobs),
+        total=agg.workloads,
+        finished=agg.finished,
+        by_state=agg.by_state,
+        correct=agg.correct,
+        fast_1=agg.fast_p["1.0"] if jobs else None,
+        geomean_speedup=agg.geomean_speedup,
+        median_fraction_of_floor=agg.median_fraction_of_floor,
+        cost_usd=agg.known_cost_usd,
     )

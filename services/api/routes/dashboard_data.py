@@ -5,7 +5,6 @@ that they match ``kloom bench`` field for field."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -13,12 +12,14 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agents.records import JobSpec, Limits, Trajectory
+from agents.records import Trajectory, device_of
 from kloom import suite as kloom_suite
 from kloom.batch import report as batch_report
-from services.db.models import FINISHED_STATES, Batch, Job, StepRecord
+from services.db.jobs import job_spec
+from services.db.models import Batch, Job, StepRecord
 
 from .. import workloads
+from ..batch_aggregate import aggregate
 from ..deps import CurrentKey, SessionDep, SettingsDep, owned_job
 
 router = APIRouter(tags=["dashboard"])
@@ -151,7 +152,7 @@ def job_trajectory_record(job: Job, steps: list[dict[str, Any]]) -> Trajectory:
     if job.trajectory:
         traj = Trajectory.from_dict({**job.trajectory, "steps": steps})
     else:
-        spec = JobSpec(workload=job.workload_name, world_size=job.world_size, device=_device(job.device_kind), limits=Limits(**job.limits))
+        spec = job_spec(job, job.workload_name)
         traj = Trajectory(job=spec, workload_name=job.workload_name, workload_sha256=job.workload_sha256, workload_family=job.workload_family)
     traj.state, traj.stop_reason = job.state, job.stop_reason
     return traj
@@ -172,38 +173,32 @@ def build_batch_report(session: Session, batch: Batch) -> dict[str, Any]:
     rows = sorted(
         ({**batch_report.report_row(t), "job_id": job.id} for job, t in zip(jobs, trajectories)), key=lambda r: (r["family"], r["workload"])
     )
-    correct = [r for r in rows if r["correct"]]
-    fractions = [r["fraction_of_floor"] for r in correct if r["fraction_of_floor"]]
-    costs = [r["cost_usd"] for r in rows]
+    agg = aggregate(rows)
     environment = next((t.baseline["environment"] for t in trajectories if (t.baseline or {}).get("environment")), {})
-    aggregate = {
-        "workloads": len(rows),
-        "finished": sum(1 for r in rows if r["state"] in FINISHED_STATES),
-        "correct": len(correct),
-        "correctness_rate": len(correct) / len(rows) if rows else 0.0,
-        "fast_p": {str(p): batch_report.fast_p(rows, p) for p in batch_report.FAST_P},
-        "geomean_speedup": batch_report.geomean([r["speedup"] for r in correct]),
-        "median_fraction_of_floor": statistics.median(fractions) if fractions else None,
+    totals = {
+        "workloads": agg.workloads,
+        "finished": agg.finished,
+        "correct": agg.correct,
+        "correctness_rate": agg.correctness_rate,
+        "fast_p": agg.fast_p,
+        "geomean_speedup": agg.geomean_speedup,
+        "median_fraction_of_floor": agg.median_fraction_of_floor,
         "total_gpu_hours": sum(r["gpu_seconds"] for r in rows) / 3600,
-        "total_llm_cost_usd": None if any(c is None for c in costs) else sum(costs),
+        "total_llm_cost_usd": agg.total_cost_usd,
         "total_tokens": sum(r["tokens"] for r in rows),
     }
     below_half = [
         {"workload": r["workload"], "fraction_of_floor": r["fraction_of_floor"], "dominant": r["dominant"], "bottleneck": r["bottleneck"]}
-        for r in correct
-        if r["fraction_of_floor"] is not None and r["fraction_of_floor"] < 0.5
+        for r in rows
+        if r["correct"] and r["fraction_of_floor"] is not None and r["fraction_of_floor"] < 0.5
     ]
-    settings = {"suite": batch.suite, **batch.settings, "device": _device(batch.settings.get("device_kind", "cpu"))}
+    settings = {"suite": batch.suite, **batch.settings, "device": device_of(batch.settings.get("device_kind", "cpu"))}
     return {
         "version": batch_report.REPORT_VERSION,
         "settings": settings,
         "environment": environment,
-        "aggregate": aggregate,
+        "aggregate": totals,
         "rows": rows,
         "below_half_of_floor": below_half,
         "left_out": [],
     }
-
-
-def _device(device_kind: str) -> str:
-    return "cpu" if device_kind == "cpu" else "cuda"

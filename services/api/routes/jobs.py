@@ -13,14 +13,16 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 from sse_starlette import EventSourceResponse
 
-from kloom.db import utcnow
+from agents.records import FINISHED_STATES
+from kloom.clock import utcnow
 from services.db import jobs as job_ops
-from services.db.models import FINISHED_STATES, Job, JobEvent, StepRecord
+from services.db import workers
+from services.db.models import Job, JobEvent, StepRecord
 from services.worker.celery_app import dispatch
 
 from .. import workloads
 from ..deps import CeleryDep, CurrentKey, SessionDep, SettingsDep, owned_job
-from ..schemas import BestKernel, JobCreate, JobPublic, JobsPublic, JobState, StepPublic, StepsPublic, WorkloadSource
+from ..schemas import MAX_INT, BestKernel, JobCreate, JobPublic, JobsPublic, JobState, StepPublic, StepsPublic, WorkloadSource
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -65,6 +67,7 @@ def create_job(
     else:
         workload = workloads.from_suite(data.workload, settings)
     workloads.check_settings(workload.info, data, settings)
+    check_device_kind(session, settings, data.device_kind)
     job = new_job(session, key.id, workload, data, idempotency_key=idempotency_key)
     try:
         session.commit()
@@ -82,6 +85,30 @@ def create_job(
         session.commit()
         raise broker_unavailable(exc) from None
     return JobPublic.model_validate(job)
+
+
+def check_device_kind(session: Session, settings, kind: str) -> None:
+    """Refuse a device kind that no worker has ever served here (nor ``expected_device_kinds``
+    names): its jobs would wait forever. The answer names the kinds on offer."""
+    offered = workers.served_kinds(session) | set(settings.expected_device_kinds)
+    session.commit()  # end the read: on SQLite a transaction holds the write lock
+    if kind not in offered:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"no worker serves device kind {kind!r} here; kinds on offer: {', '.join(sorted(offered)) or 'none yet (no worker has registered)'}",
+        )
+
+
+def job_public(job: Job, live: set[str]) -> JobPublic:
+    """A job as the API shows it, with why it waits when no live worker serves its kind."""
+    out = JobPublic.model_validate(job)
+    if job.state == "queued":
+        out.waiting = workers.waiting_notice(job.device_kind, live)
+    return out
+
+
+def _live(session: Session, settings) -> set[str]:
+    return workers.live_kinds(session, settings.worker_dead_after_s)
 
 
 def new_job(session: Session, owner_key_id: str, workload: workloads.Workload, data, *, batch_id=None, idempotency_key=None) -> Job:
@@ -114,10 +141,11 @@ def new_job(session: Session, owner_key_id: str, workload: workloads.Workload, d
 def list_jobs(
     key: CurrentKey,
     session: SessionDep,
+    settings: SettingsDep,
     state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
     batch_id: Annotated[str | None, Query(max_length=32)] = None,
     workload: Annotated[str | None, Query(max_length=200, description="Only jobs whose workload name contains this.")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> JobsPublic:
     """The key's jobs, newest first."""
@@ -129,6 +157,7 @@ def list_jobs(
     if workload:
         where.append(Job.workload_name.contains(workload, autoescape=True))
     count = session.scalar(select(func.count()).select_from(Job).where(*where))
+    live = _live(session, settings)
     rows = session.scalars(
         select(Job)
         .options(defer(Job.workload_source), defer(Job.trajectory))  # large, and not part of a listing
@@ -136,13 +165,14 @@ def list_jobs(
         .order_by(Job.created_at.desc(), Job.id)
         .offset(offset)
         .limit(limit)
-    )
-    return JobsPublic(data=[JobPublic.model_validate(j) for j in rows], count=count)
+    ).all()
+    return JobsPublic(data=[job_public(j, live) for j in rows], count=count)
 
 
 @router.get("/{job_id}")
-def get_job(job_id: str, key: CurrentKey, session: SessionDep) -> JobPublic:
-    return JobPublic.model_validate(owned_job(session, key, job_id))
+def get_job(job_id: str, key: CurrentKey, session: SessionDep, settings: SettingsDep) -> JobPublic:
+    job = owned_job(session, key, job_id)
+    return job_public(job, _live(session, settings))
 
 
 @router.post("/{job_id}/cancel")
@@ -164,7 +194,7 @@ def list_steps(
     job_id: str,
     key: CurrentKey,
     session: SessionDep,
-    after: Annotated[int, Query(ge=-1, description="Only steps with a larger index (-1: all).")] = -1,
+    after: Annotated[int, Query(ge=-1, le=MAX_INT, description="Only steps with a larger index (-1: all).")] = -1,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> StepsPublic:
     """The job's steps after index ``after``, in order."""
@@ -214,7 +244,7 @@ async def job_events(
     request: Request,
     key: CurrentKey,
     session: SessionDep,
-    after: Annotated[int | None, Query(ge=0, description="Send events after this number.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Send events after this number.")] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """The job's events from the one after ``Last-Event-ID`` (or ``after``); ends once the job has
@@ -222,8 +252,8 @@ async def job_events(
     await anyio.to_thread.run_sync(owned_job, session, key, job_id)
     session.close()  # the stream polls with short sessions of its own; hold no connection
     start = after or 0
-    if last_event_id and last_event_id.strip().isdigit():
-        start = max(start, int(last_event_id.strip()))
+    if last_event_id and last_event_id.strip().isascii() and last_event_id.strip().isdigit():
+        start = max(start, min(int(last_event_id.strip()), MAX_INT))  # no event is numbered past it
     sessions = request.app.state.sessions
     poll = request.app.state.settings.sse_poll_s
 

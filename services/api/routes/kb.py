@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from kb import store
 from kb.export import ExportError, export_zip
@@ -37,6 +37,8 @@ class KernelSummary(BaseModel):
     fraction_of_floor: float | None
     job_id: str
     step_index: int
+    evaluator_version: str = Field(description='The evaluator version that judged it ("1": the one whose candidates shared the reference\'s process).')
+    verified_at: dt.datetime | None = Field(None, description="When `kloom kb verify` last judged it again and it still passed.")
     score: float | None = None  # relevance to ``q``, when searched by text
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 from fastapi import APIRouter
 from sqlalchemy import select
 
-from kloom.db import utcnow
+from kloom.clock import utcnow
 from services.db.models import Worker
 
 from ..deps import CurrentKey, SessionDep, SettingsDep

@@ -3,6 +3,7 @@
 
 import { h, s } from "./dom.js";
 import * as fmt from "./format.js";
+import { isWin } from "./speedup.js";
 
 const W = 960;
 
@@ -120,7 +121,8 @@ export function trajectoryPlot({ steps, jobId, floorSpeedup, stepsPlanned = 1, e
   let best = null;
   const path = [];
   for (const st of [...steps].sort((a, b) => a.index - b.index)) {
-    if (st.status === "correct" && st.speedup > 0 && (best === null || st.speedup > best)) {
+    // Only measurable wins over the reference move the line (isWin: speedup.js).
+    if (isWin(st) && st.speedup > 0 && (best === null || st.speedup > best)) {
       if (best !== null) path.push(`L${x(st.index)},${y(best)}`);
       best = st.speedup;
       path.push(`${path.length ? "L" : "M"}${x(st.index)},${y(best)}`);
@@ -136,10 +138,11 @@ export function trajectoryPlot({ steps, jobId, floorSpeedup, stepsPlanned = 1, e
   for (const st of [...steps].sort((a, b) => a.index - b.index)) {
     const kind = markOf(st.status);
     const isCorrect = kind === "correct" && st.speedup > 0;
-    const newBest = isCorrect && (runningBest === null || st.speedup > runningBest);
+    const newBest = isCorrect && isWin(st) && (runningBest === null || st.speedup > runningBest);
     if (newBest) runningBest = st.speedup;
     const cy = isCorrect ? y(st.speedup) : stripY;
-    const label = `step ${st.index}: ${st.strategy || "?"}, ${st.status.replace(/_/g, " ")}${isCorrect ? `, ${fmt.speedup(st.speedup)}` : ""}`;
+    const verdict = isCorrect && st.verdict && st.verdict !== "faster" ? ` (${st.verdict})` : "";
+    const label = `step ${st.index}: ${st.strategy || "?"}, ${st.status.replace(/_/g, " ")}${isCorrect ? `, ${fmt.speedup(st.speedup)}${verdict}` : ""}`;
     const mark = shape(isCorrect ? "circle" : MARKS[kind].shape, x(st.index), cy, {
       class: `mark mark-${isCorrect ? (newBest ? "best" : "correct") : kind}`,
     });
@@ -161,7 +164,7 @@ export function trajectoryLegend() {
   return h(
     "ul",
     { class: "legend", "aria-label": "Legend" },
-    item("mark mark-best", "circle", "new best"),
+    item("mark mark-best", "circle", "new best (a measurable win)"),
     item("mark mark-correct", "circle", "correct"),
     ...Object.entries(MARKS).map(([kind, { label, shape: sh }]) => item(`mark mark-${kind}`, sh, label)),
     item("best-line", "line", "best so far"),

@@ -161,9 +161,11 @@ function rowsTable(rows) {
       ["Workload", (r) => h("a", { href: `#/jobs/${r.job_id}` }, r.workload)],
       ["Family", (r) => r.family],
       ["State", (r) => badge(r.state)],
-      ["Baseline", (r) => fmt.ms(r.baseline_ms), { numeric: true }],
+      ["Outcome", (r) => r.outcome || fmt.DASH],
+      // The two times the best kernel's speedup divides, from the same measurement.
+      ["Reference", (r) => fmt.ms(r.reference_ms ?? r.baseline_ms), { numeric: true }],
       ["Best", (r) => fmt.ms(r.best_ms), { numeric: true }],
-      ["Speedup", (r) => fmt.speedup(r.speedup), { numeric: true }],
+      ["Speedup (95% CI)", (r) => speedupCell(r), { numeric: true }],
       ["Floor", (r) => fmt.ms(r.floor_ms), { numeric: true }],
       ["Of floor", (r) => fmt.percent(r.fraction_of_floor), { numeric: true }],
       ["Correct", (r) => (r.correct ? badge("yes") : badge("no"))],
@@ -173,4 +175,12 @@ function rowsTable(rows) {
     rows,
     { rowProps: (r) => ({ "data-workload": r.workload, title: r.correct ? "" : r.stop_reason }) },
   );
+}
+
+function speedupCell(r) {
+  const value = r.measured_speedup ?? r.speedup;
+  if (value === null || value === undefined) return fmt.DASH;
+  const ci = r.speedup_ci ? ` (${fmt.speedup(r.speedup_ci[0])}–${fmt.speedup(r.speedup_ci[1])})` : "";
+  const verdict = r.verdict && r.verdict !== "faster" ? `: ${r.verdict}` : "";
+  return `${fmt.speedup(value)}${ci}${verdict}`;
 }

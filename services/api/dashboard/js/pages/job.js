@@ -5,8 +5,20 @@ import { API, allSteps, get, post } from "../api.js";
 import { badge, empty, errorBox, facts, h, keepFocus, replace, table } from "../dom.js";
 import * as fmt from "../format.js";
 import { trajectoryLegend, trajectoryPlot } from "../plot.js";
+import { isWin, measured } from "../speedup.js";
 
 const FINISHED = new Set(["succeeded", "failed", "cancelled", "stopped"]);
+
+function speedupFacts(timing) {
+  const m = measured(timing);
+  return m ? { reference_ms: m.reference_ms, low: m.low, high: m.high, verdict: m.verdict } : {};
+}
+
+/** A speedup with the two times it divides and its interval: "1.42× (0.91 / 0.64 ms, 95% CI 1.31–1.55×)". */
+export function speedupText(st) {
+  const ci = st.low !== null && st.low !== undefined ? `, 95% CI ${fmt.speedup(st.low)}–${fmt.speedup(st.high)}` : "";
+  return `${fmt.speedup(st.speedup)} (${fmt.ms(st.reference_ms)} / ${fmt.ms(st.candidate_ms)}${ci})`;
+}
 
 /** The step's row fields from its record (agents.records.Step). */
 export function stepView(step) {
@@ -19,6 +31,7 @@ export function stepView(step) {
     strategy: data.plan?.strategy,
     source: data.plan?.source,
     speedup: correct ? timing?.speedup ?? null : null,
+    ...(correct ? speedupFacts(timing) : {}),
     candidate_ms: correct ? timing?.candidate_ms ?? null : null,
     fraction: correct ? data.evaluation?.roofline?.fraction_of_floor ?? null : null,
     tokens: (data.usage?.prompt_tokens || 0) + (data.usage?.completion_tokens || 0),
@@ -70,7 +83,7 @@ export async function jobPage(main, [jobId]) {
     replace(
       summary,
       facts([
-        ["Best speedup", best !== null ? h("a", { href: `#/jobs/${job.id}/steps/${best}` }, `${fmt.speedup(job.best_speedup)} (step ${best})`) : fmt.DASH],
+        ["Outcome", outcome(job, steps)],
         ["Of roofline floor", fmt.percent(job.best_fraction_of_floor)],
         ["Reference", traj?.reference_ms ? fmt.ms(traj.reference_ms) : "not measured yet"],
         ["Roofline floor", traj?.floor_ms ? `${fmt.ms(traj.floor_ms)} (${traj.dominant}-bound)` : fmt.DASH],
@@ -93,7 +106,9 @@ export async function jobPage(main, [jobId]) {
         steps,
         jobId: job.id,
         floorSpeedup: traj?.floor_speedup,
-        stepsPlanned: job.limits.max_iters,
+        // While the job runs the axis spans its limit (points do not jump as they arrive); once
+        // it has finished, the steps that exist.
+        stepsPlanned: FINISHED.has(job.state) ? Math.max(1, steps.length) : job.limits.max_iters,
         emptyText: FINISHED.has(job.state) ? "No candidate was evaluated" : "No candidate evaluated yet",
       }),
       trajectoryLegend(),
@@ -202,6 +217,20 @@ function stateNotice(job) {
   if (job.state === "failed") return h("div", { class: "error", role: "alert" }, h("p", {}, h("strong", {}, "This job failed: "), job.stop_reason || "no reason was recorded"));
   if (job.state === "stopped" || job.state === "cancelled") return h("div", { class: "notice" }, h("p", {}, h("strong", {}, `This job was ${job.state}: `), job.stop_reason));
   if (job.state === "succeeded") return h("p", { class: "muted" }, `Finished: ${job.stop_reason}.`);
+  if (job.state === "queued" && job.waiting) return h("div", { class: "notice" }, h("p", {}, h("strong", {}, "Waiting: "), job.waiting));
   if (job.state === "queued") return h("p", { class: "muted" }, job.attempts ? "Queued again after its worker stopped; it resumes from its last step." : "Queued: waiting for a worker that serves this device kind.");
   return null;
+}
+
+
+/** What the job found: a measurable win (its speedup, the two times, the interval), or that the
+ * reference stands. */
+function outcome(job, steps) {
+  const best = job.best_step_index;
+  if (best === null || best === undefined) return FINISHED.has(job.state) ? "no correct kernel" : fmt.DASH;
+  const st = steps.find((x) => x.index === best);
+  if (!st) return `${fmt.speedup(job.best_speedup)} (step ${best})`;
+  const link = (text) => h("a", { href: `#/jobs/${job.id}/steps/${best}` }, text);
+  if (isWin(st)) return link(`faster kernel found: ${speedupText(st)}, step ${best}`);
+  return h("span", {}, "no faster kernel found: the reference stands at 1.00× (best kernel ", link(`step ${best}: ${speedupText(st)}, ${st.verdict}`), ")");
 }

@@ -84,7 +84,7 @@ function jobsTable(page, filters, navigate) {
       ["Device", (j) => j.device_kind],
       ["State", (j) => badge(j.state)],
       ["Steps", (j) => `${j.num_steps}/${j.limits.max_iters}`, { numeric: true }],
-      ["Best speedup", (j) => fmt.speedup(j.best_speedup), { numeric: true }],
+      ["Result", (j) => (j.outcome ? `${fmt.speedup(j.result_speedup)} (${j.outcome})` : fmt.speedup(j.best_speedup)), { numeric: true }],
       ["Of roofline", (j) => fmt.percent(j.best_fraction_of_floor), { numeric: true }],
       ["Cost", (j) => fmt.usd(j.cost_usd), { numeric: true }],
       ["Strategist", (j) => j.strategist],

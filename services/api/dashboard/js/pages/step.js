@@ -5,6 +5,7 @@ import { allSteps, get } from "../api.js";
 import { diffLines, hunks, stats } from "../diff.js";
 import { badge, empty, errorBox, facts, h, replace, table } from "../dom.js";
 import * as fmt from "../format.js";
+import { measured } from "../speedup.js";
 
 /** The speedup as reported: the reference run as a candidate never counts above 1.0x. */
 function reportedSpeedup(st) {
@@ -165,7 +166,7 @@ function evaluationSection(ev) {
       ["Status", badge(ev.status)],
       ["Ranks", ev.world_size],
       ["Device", ev.device],
-      ["Speedup", timing ? fmt.speedup(timing.speedup) : null],
+      ["Speedup", timing ? speedupLine(measured(timing)) : null],
       ["Candidate", timing ? fmt.ms(timing.candidate_ms) : null],
       ["Reference", timing ? fmt.ms(timing.reference_ms) : null],
       ["Clock", timing?.clock],
@@ -329,4 +330,11 @@ function usageSection(step) {
       ...Object.entries(step.seconds || {}).map(([phase, sec]) => [`Time to ${phase}`, fmt.seconds(sec)]),
     ]),
   );
+}
+
+/** "1.42× (0.91 / 0.64 ms, 95% CI 1.31–1.55×)", with the verdict when it is not a win. */
+function speedupLine(m) {
+  const ci = m.low !== null ? `, 95% CI ${fmt.speedup(m.low)}–${fmt.speedup(m.high)}` : "";
+  const text = `${fmt.speedup(m.speedup)} (${fmt.ms(m.reference_ms)} / ${fmt.ms(m.candidate_ms)}${ci})`;
+  return m.verdict === "faster" ? text : `${text}: ${m.verdict}`;
 }

@@ -1,0 +1,24 @@
+"""The API's bodies take a job's concepts from the records, not from copies of them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from pydantic import ValidationError
+
+from agents.records import Limits
+from services.api.schemas import JobPublic, JobSettings
+
+
+def test_a_submissions_limits_are_the_jobs_limits_with_bounds():
+    defaults = {f.name: f.default for f in dataclasses.fields(Limits)}
+    assert {name: JobSettings.model_fields[name].default for name in defaults} == defaults
+    assert JobSettings(world_size=1).limits() == dataclasses.asdict(Limits())
+    assert JobSettings(world_size=1, max_iters=3, budget_usd=0.5).limits() == dataclasses.asdict(Limits(max_iters=3, budget_usd=0.5))
+    with pytest.raises(ValidationError):
+        JobSettings(world_size=1, max_iters=0)
+
+
+def test_a_jobs_public_limits_are_the_record():
+    assert JobPublic.model_fields["limits"].annotation is Limits
