@@ -23,6 +23,7 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY kloom ./kloom
 COPY services ./services
 COPY agents ./agents
+COPY kernels ./kernels
 COPY kb ./kb
 COPY suite ./suite
 COPY migrations ./migrations

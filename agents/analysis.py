@@ -8,6 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kloom.opgraph import OpGraph
+
 
 @dataclass
 class Analysis:
@@ -40,6 +42,9 @@ class Analysis:
     source_rewrites: dict[str, int] = field(default_factory=dict)  # rewrite -> collective calls it removes
     collective_calls: dict[str, int] = field(default_factory=dict)  # calls per step per collective (the busiest rank)
     bincount_bins: int | None = None  # the most bins a torch.bincount call of the step counts into (None: none traced)
+    #: The operators of one reference call on the first rank, with the tensors they pass (None:
+    #: not traced); the kernel templates plan from it (``agents/strategist/triton_kernels``).
+    op_graph: OpGraph | None = None
 
     @property
     def graph_capturable(self) -> bool:
@@ -47,14 +52,18 @@ class Analysis:
         return self.host_syncs == 0
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = dataclasses.asdict(dataclasses.replace(self, op_graph=None))
+        data["op_graph"] = self.op_graph.to_dict() if self.op_graph is not None else None
         data["graph_capturable"] = self.graph_capturable
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Analysis":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        if isinstance(fields.get("op_graph"), dict):
+            fields["op_graph"] = OpGraph.from_dict(fields["op_graph"])
+        return cls(**fields)
 
 
 def build_analysis(traces: list[dict], *, family: str, world_size: int, device: str, baseline: dict | None) -> Analysis:
@@ -97,6 +106,7 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
         row_split=first.get("row_split"),
         collective_calls=calls,
         bincount_bins=max((t["bincount_bins"] for t in traces if t.get("bincount_bins") is not None), default=None),
+        op_graph=OpGraph.from_dict(first["op_graph"]) if first.get("op_graph") else None,
     )
 
 

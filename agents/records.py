@@ -8,13 +8,19 @@ the service, the dashboard and the knowledge base all read these.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from kloom.clock import timestamp
 
 TRAJECTORY_VERSION = 1
 
+#: A job's state, everywhere (the loop, the job rows, the API): queued -> running -> a finished
+#: state (running -> queued again when its worker dies).
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "stopped"]
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+FINISHED_STATES: frozenset[JobState] = frozenset({"succeeded", "failed", "cancelled", "stopped"})
+Device = Literal["cpu", "cuda"]
 #: Step statuses: the evaluator's statuses, plus ``coder_failed`` (no candidate could be written:
 #: unparseable model output, empty answer, a strategy that does not apply) and ``skipped`` (the
 #: candidate is identical to one this job already evaluated, so it was not evaluated again).
@@ -23,8 +29,13 @@ StepStatus = str
 NOT_EVALUATED = frozenset({"coder_failed", "skipped"})
 
 
-def utcnow() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+#: The records' times are ISO text (``kloom.clock.timestamp``); the name the trajectory's defaults use.
+utcnow = timestamp
+
+
+def device_of(device_kind: str) -> Device:
+    """The device a job runs on, from the queue's device kind (``cpu``, ``cuda``, ``cuda-h200x4``)."""
+    return "cpu" if device_kind == "cpu" else "cuda"
 
 
 @dataclass
@@ -41,7 +52,7 @@ class Limits:
 class JobSpec:
     workload: str  # a path to the workload file
     world_size: int
-    device: Literal["cpu", "cuda"] = "cpu"
+    device: Device = "cpu"
     shapes: str | None = None  # None: the evaluator's default for the device
     strategist: str = "offline"  # "offline" or an LLM model name that litellm understands
     limits: Limits = field(default_factory=Limits)
@@ -171,6 +182,30 @@ class Trajectory:
         """The best step's speedup as reported everywhere (``Step.reported_speedup``)."""
         best = self.best_step
         return best.reported_speedup if best else None
+
+    @property
+    def outcome(self) -> str:
+        """What the job found, in the words every report uses: ``faster kernel found`` (the best
+        kernel beats the reference beyond the 95% interval of its timing), ``no faster kernel
+        found`` (correct kernels only as fast as the reference, slower, or within the noise:
+        the reference stands at 1.00x), or ``no correct kernel``."""
+        from kloom.speedup import NO_FASTER, measured
+
+        best = self.best_step
+        if best is None:
+            return "no correct kernel"
+        m = measured((best.evaluation or {}).get("timing"))
+        if best.plan.strategy == "reference_copy" or m is None or not m.measurable_win:
+            return NO_FASTER
+        return "faster kernel found"
+
+    @property
+    def result_speedup(self) -> float | None:
+        """The job's result as a speedup over the reference: the best kernel's when it is a
+        measurable win, 1.0 when the reference stands, None without a correct kernel."""
+        if self.best_step is None:
+            return None
+        return self.best_speedup if self.outcome == "faster kernel found" else 1.0
 
     @property
     def usage(self) -> Usage:

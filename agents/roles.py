@@ -32,7 +32,7 @@ class KernelHint:
     similarity: float  # 1.0: same structure, shapes and world size
     same_workload: bool = False
     #: From nearly this workload (the same computation on the same hardware, at most 4x apart in
-    #: input bytes and 2x in world size: ``kb.store.CLOSE_SIZE_RATIO``): its speedup there is what
+    #: input bytes and 2x in world size: ``kb.advice.CLOSE_SIZE_RATIO``): its speedup there is what
     #: it would measure here.
     close: bool = False
     #: From this very workload: the same computation, sizes, world size and hardware
@@ -114,9 +114,36 @@ class Verdict:
 
 
 class Planner(Protocol):
+    """Every method the loop calls. A planner may subclass this for the defaults: no fallback,
+    no reason of its own when it is done."""
+
+    #: Why the last ``plan`` call found nothing to try, when the planner knows better than the loop.
+    done_reason: str = ""
+
     def plan(self, ctx: PlanningContext) -> tuple[Plan | None, Usage]:
         """The next plan, or None when there is nothing left worth trying."""
+        ...
+
+    def fallback(self, ctx: PlanningContext) -> Plan | None:
+        """A safe plan for one last step when a limit stops a job that has no correct candidate
+        (None: none). The loop runs it at most once per job."""
+        return None
 
 
 class Coder(Protocol):
     def write(self, plan: Plan, ctx: PlanningContext) -> CoderOutput: ...
+
+
+class Evaluator(Protocol):
+    """What the loop and the verifier ask of the evaluator (``services.worker.evaluator.Evaluator``),
+    which runs workload and candidate code in its rank processes. Results are its typed records
+    (``BaselineResult``, ``EvalResult``, the reference's traces)."""
+
+    #: The GPUs its ranks run on (None: the first ``world_size`` visible, or the CPU).
+    devices: list[int] | None
+
+    def baseline(self, workload: str, *, world_size: int) -> Any: ...
+
+    def analyze(self, workload: str, *, world_size: int) -> Any: ...
+
+    def evaluate(self, workload: str, *, candidate_source: str, world_size: int, deadline_s: float | None = None) -> Any: ...

@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Callable
 
 from .records import Plan
-from .roles import PlanningContext, Verdict
+from .roles import Evaluator, PlanningContext, Verdict
 
 #: ``profiler(workload_path, candidate_source, world_size=..., device=...) -> dict`` (a Profile's to_dict()).
 Profiler = Callable[..., dict]
 
 
 class Verifier:
-    def __init__(self, evaluator, profiler: Profiler | None = None, policy: str = "new_best"):
+    def __init__(self, evaluator: Evaluator, profiler: Profiler | None = None, policy: str = "new_best"):
         self.evaluator = evaluator
         self.profiler = profiler
         self.policy = policy

@@ -39,11 +39,13 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.loop import FileSink, run_job  # noqa: E402
+from agents.loop import run_job  # noqa: E402
 from agents.records import NOT_EVALUATED, JobSpec, Limits, Trajectory  # noqa: E402
+from agents.sinks import FileSink  # noqa: E402
 from kb.adapter import KnowledgeBaseAdapter, open_kb  # noqa: E402
 from kloom.suite import workloads  # noqa: E402
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
+from services.worker.profiler import job_profiler  # noqa: E402
 
 FINISHED = {"succeeded", "failed", "stopped"}
 
@@ -119,7 +121,8 @@ def run(member: Member, args, evaluator, kb, tag: str, root: Path) -> Trajectory
         shutil.rmtree(sink.directory)  # cut off mid-job: run it again from its start
         sink = FileSink(sink.directory)
     started = time.monotonic()
-    traj = run_job(spec, sink, evaluator=evaluator, kb=kb)
+    profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+    traj = run_job(spec, sink, evaluator=evaluator, kb=kb, profiler=profiler)
     best = traj.best_step
     print(
         f"  {tag:<13} {member.label:<40} {evaluated(traj)} candidates, best "

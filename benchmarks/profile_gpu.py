@@ -37,6 +37,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kloom.batch.archive import best_kernel  # noqa: E402
 from kloom.suite import find  # noqa: E402
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
 from services.worker.profiler import Profile, ProfileSettings, profile  # noqa: E402
@@ -126,8 +127,16 @@ def _batch_jobs(args: argparse.Namespace) -> list[tuple[str, str, str | None]]:
     args.world_size = int(json.loads((batch / "batch.json").read_text()).get("world_size") or args.world_size)
     jobs: list[tuple[str, str, str | None]] = []
     for row in report["rows"]:
+        if not (row["correct"] and row["fraction_of_floor"] is not None and row["fraction_of_floor"] < args.floor_fraction):
+            continue
         kernel = batch / "jobs" / row["workload"] / "best_kernel.py"
-        if row["correct"] and row["fraction_of_floor"] is not None and row["fraction_of_floor"] < args.floor_fraction and kernel.is_file():
+        if not kernel.is_file():  # a committed batch keeps its kernels in its trajectory archive
+            code = best_kernel(batch, row["workload"])
+            kernel = Path(args.out, "kernels", row["workload"], "best_kernel.py")
+            if code is not None:
+                kernel.parent.mkdir(parents=True, exist_ok=True)
+                kernel.write_text(code)
+        if kernel.is_file():
             jobs.append((row["workload"], find(row["workload"]).path, str(kernel)))
             args.batch_rows[str(kernel)] = row
     return jobs

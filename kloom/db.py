@@ -53,10 +53,6 @@ class UTCDateTime(TypeDecorator):
         return value
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 def create_db_engine(url: str, *, pool: bool = True) -> Engine:
     """An engine for ``url``: SQLite in WAL mode with write transactions that take the lock up
     front (several processes write the embedded database), PostgreSQL with connection checks so

@@ -60,8 +60,14 @@ class Settings(BaseSettings):
     heartbeat_file: Path | None = None
     #: How often an event stream looks for new events.
     sse_poll_s: float = 0.5
+    #: More paths the ranks must not see, besides the data directory, the SQLite file and the
+    #: broker's folders (a deployment's logs or results, say).
+    hidden_paths: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Device kinds no worker has served yet that submissions may still name: their jobs wait,
+    #: saying so, for a worker of that kind (a pool that comes later). Others are refused.
+    expected_device_kinds: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    @field_validator("worker_queues", mode="before")
+    @field_validator("worker_queues", "hidden_paths", "expected_device_kinds", mode="before")
     @classmethod
     def _split_queues(cls, value):
         if isinstance(value, str):
@@ -93,3 +99,30 @@ class Settings(BaseSettings):
 
     def admin_key_value(self) -> str | None:
         return self.admin_key.get_secret_value() if self.admin_key else None
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file, where the database is one."""
+        url = self.db_url
+        return Path(url.split(":///", 1)[1]).resolve() if url.startswith("sqlite:///") else None
+
+    def private_paths(self) -> list[str]:
+        """What the ranks must never see: the data directory (admin key, SQLite file, broker's
+        queue), the SQLite file wherever it is, the heartbeat file, and ``hidden_paths``."""
+        paths = [self.data_dir.resolve(), self.broker_folder]
+        if self.sqlite_path is not None:
+            paths.append(self.sqlite_path)
+        if self.heartbeat_file is not None:
+            paths.append(self.heartbeat_file.resolve())
+        return [str(p) for p in paths] + list(self.hidden_paths)
+
+    def make_private(self) -> None:
+        """The data directory and the SQLite file (with its journal) readable by this user alone,
+        whatever the umask made them."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)
+        db = self.sqlite_path
+        if db is not None:
+            for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"), db.with_name(db.name + "-journal")):
+                if path.exists():
+                    path.chmod(0o600)

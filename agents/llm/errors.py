@@ -6,6 +6,7 @@ means it answered with something that could not be used, which the loop records 
 
 from __future__ import annotations
 
+from agents.exits import FatalRoleError, RoleUnavailable
 from agents.records import Usage
 
 from .redaction import redact
@@ -20,11 +21,11 @@ class LLMError(Exception):
         self.attempts = attempts
 
 
-class LLMConfigError(LLMError):
+class LLMConfigError(LLMError, FatalRoleError):
     """The settings cannot work (no model, or the named key variable is not set)."""
 
 
-class LLMAuthError(LLMError):
+class LLMAuthError(LLMError, FatalRoleError):
     """The provider refused the key (401/403). Never retried."""
 
 
@@ -36,7 +37,7 @@ class LLMRequestError(LLMError):
     """The provider rejected the request (other 4xx: bad parameters, unknown model). Never retried."""
 
 
-class LLMUnavailable(LLMError):
+class LLMUnavailable(LLMError, RoleUnavailable):
     """Rate limits, timeouts, connection errors or 5xx persisted through every retry."""
 
 

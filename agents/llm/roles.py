@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from agents.prompts import render
 from agents.records import Plan, Usage
-from agents.roles import CoderOutput, PlanningContext
+from agents.roles import CoderOutput, Planner, PlanningContext
+from kloom.opgraph import OpGraph
 
 from . import views
 from .client import LLMClient
 from .errors import ModelOutputError
+from .library import LibraryTemplate, applicable_templates, complete_candidate
 from .parse import ParseFailure, read_code, read_plan
 
 
-class LLMPlanner:
+class LLMPlanner(Planner):
     """Asks the model for the next strategy as a small JSON object."""
 
     def __init__(self, client: LLMClient):
@@ -55,14 +57,23 @@ class LLMPlanner:
 
 
 class LLMCoder:
-    """Asks the model for the candidate file and takes its ```python block."""
+    """Asks the model for the candidate file and takes its ```python block. The prompt carries
+    kloom's kernel library where it applies (``library.py``); a candidate that calls a library
+    function gets the function's module embedded."""
 
     def __init__(self, client: LLMClient):
         self.client = client
 
-    def messages(self, plan: Plan, ctx: PlanningContext) -> list[dict[str, str]]:
+    @staticmethod
+    def offered(ctx: PlanningContext) -> list[LibraryTemplate]:
+        """The library's templates that match the traced workload."""
+        graph = (ctx.analysis or {}).get("op_graph")
+        return applicable_templates(OpGraph.from_dict(graph) if graph else None)
+
+    def messages(self, plan: Plan, ctx: PlanningContext, offered: list[LibraryTemplate] | None = None) -> list[dict[str, str]]:
         """The system and user messages for this plan and context."""
-        view = {**views.coder_view(plan, ctx), "rules": views.candidate_rules()}
+        offered = self.offered(ctx) if offered is None else offered
+        view = {**views.coder_view(plan, ctx, offered), "rules": views.candidate_rules()}
         return [
             {"role": "system", "content": render("coder_system.j2", **view)},
             {"role": "user", "content": render("coder_user.j2", **view)},
@@ -70,8 +81,9 @@ class LLMCoder:
 
     def write(self, plan: Plan, ctx: PlanningContext) -> CoderOutput:
         """The candidate source, or ``code=None`` with the reason the answer had none usable."""
-        completion = self.client.complete(self.messages(plan, ctx), budget=ctx.budget)
+        offered = self.offered(ctx)
+        completion = self.client.complete(self.messages(plan, ctx, offered), budget=ctx.budget)
         code = read_code(completion.text, truncated=completion.truncated)
         if isinstance(code, ParseFailure):
             return CoderOutput(code=None, usage=completion.usage, error=f"coder answer unusable: {code.reason}")
-        return CoderOutput(code=code, usage=completion.usage)
+        return CoderOutput(code=complete_candidate(code, offered), usage=completion.usage)

@@ -12,8 +12,12 @@ from typing import Any
 from agents.records import Plan, Step
 from agents.roles import PlanningContext
 
+from .library import LibraryTemplate
+
 #: Characters kept of each free-text field, so that a long history still fits a context window.
-CLIP = {"feedback": 600, "error": 1500, "profile": 1500, "analysis": 4000, "evidence": 400, "traceback": 1500}
+CLIP = {"feedback": 600, "error": 1500, "profile": 1500, "analysis": 4000, "evidence": 400, "traceback": 1500, "kb_code": 12000}
+#: Kept kernels shown to the coder as worked examples.
+KB_EXAMPLES = 2
 
 
 def clip(text: str | None, limit: int) -> str:
@@ -184,15 +188,18 @@ def planner_view(ctx: PlanningContext) -> dict[str, Any]:
     }
 
 
-def coder_view(plan: Plan, ctx: PlanningContext) -> dict[str, Any]:
-    """Everything the coder's templates read: the plan, the code to build on, the last failure."""
+def coder_view(plan: Plan, ctx: PlanningContext, offered: list[LibraryTemplate] | tuple = ()) -> dict[str, Any]:
+    """Everything the coder's templates read: the plan, the code to build on, the last failure,
+    kept kernels as worked examples, and the library's templates ``offered`` for the workload."""
     by_index = {s.index: s for s in ctx.history}
     base = by_index.get(plan.base_step) if plan.base_step is not None else None
     if base is None or not base.candidate_code:
         base = ctx.best
     last = ctx.last
     failed = last if last is not None and not last.correct and last.status != "skipped" else None
-    hint = max(ctx.kb.kernels, key=lambda k: k.similarity, default=None)
+    # Kept kernels with Triton code of their own first (the worked examples the library asks
+    # for), then the most similar.
+    examples = sorted(ctx.kb.kernels, key=lambda k: ("@triton.jit" not in k.code, -k.similarity))[:KB_EXAMPLES]
     failure = None
     if failed is not None:
         same_code = base is not None and failed.candidate_code == base.candidate_code
@@ -207,12 +214,29 @@ def coder_view(plan: Plan, ctx: PlanningContext) -> dict[str, Any]:
         "roofline": roofline_view(ctx.baseline),
         "base": {**step_view(base), "code": base.candidate_code.strip()} if base is not None and base.candidate_code else None,
         "failure": failure,
-        "kb_kernel": (
-            {"workload": hint.workload_name, "strategy": hint.strategy, "speedup": f"{hint.speedup:.3g}x", "code": hint.code.strip()}
-            if hint is not None
-            else None
-        ),
+        "kb_kernels": [
+            {"workload": k.workload_name, "strategy": k.strategy, "speedup": f"{k.speedup:.3g}x", "code": clip(k.code, CLIP["kb_code"])}
+            for k in examples
+        ],
+        "library": library_view(list(offered)),
     }
+
+
+def library_view(offered: list[LibraryTemplate]) -> list[dict[str, Any]]:
+    """The kernel library's templates that apply to the workload, as the coder's prompt shows them."""
+    return [
+        {
+            "entry": t.entry,
+            "module": t.module,
+            "kind": t.kind,
+            "signature": t.signature,
+            "example": t.example,
+            "legend": t.legend,
+            "rationale": t.rationale,
+            "verdict": t.verdict,
+        }
+        for t in offered
+    ]
 
 
 def candidate_rules() -> dict[str, Any]:

@@ -9,7 +9,7 @@ fi
 . benchmarks/gpu/env.sh
 if [ ! -f /tmp/kloom-sandbox.verdict ]; then
   { nvidia-smi -L; nvidia-smi topo -m; python3 -c "import torch, triton, sqlalchemy; print('torch', torch.__version__, 'triton', triton.__version__, 'sqlalchemy', sqlalchemy.__version__)"; } > "$OUT/machine.txt" 2>&1
-  timeout 150 python3 -m pytest -q -m gpu tests/evaluator/test_sandbox_nccl.py -p no:cacheprovider > "$OUT/sandbox.log" 2>&1
+  timeout 400 python3 -m pytest -q -m gpu tests/evaluator/test_sandbox_nccl.py -p no:cacheprovider > "$OUT/sandbox.log" 2>&1
   if grep -q " passed" "$OUT/sandbox.log" && ! grep -q -E "[0-9]+ (failed|errors?)\b" "$OUT/sandbox.log"; then echo isolated > /tmp/kloom-sandbox.verdict; else echo open > /tmp/kloom-sandbox.verdict; fi
   echo "sandbox: $(cat /tmp/kloom-sandbox.verdict)"; tail -3 "$OUT/sandbox.log"
 fi

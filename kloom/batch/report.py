@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import Trajectory
+from kloom.speedup import NO_CHANGE, measured
 from services.worker.profiler.records import Profile
 from services.worker.profiler.summary import summarise
 
@@ -19,11 +20,22 @@ FAST_P = (1.0, 1.2, 1.5, 2.0)
 REPORT_VERSION = 1
 
 
-def fast_p(rows: list[dict], p: float) -> float:
-    """KernelBench's fast_p: the share of *all* workloads that are correct and faster than p x baseline."""
+def fast_p(rows: list[dict], p: float, measurable_only: bool = True) -> float:
+    """KernelBench's fast_p: the share of *all* workloads that are correct and faster than p x
+    baseline. By default only measurable wins count (the 95% interval of the speedup lies above
+    1.0); ``measurable_only=False`` counts every measured speedup above p, as the literature does."""
     if not rows:
         return 0.0
-    return sum(1 for r in rows if r["correct"] and (r["speedup"] or 0.0) > p) / len(rows)
+
+    def counts(r: dict) -> bool:
+        speedup = r.get("measured_speedup", r["speedup"]) or 0.0
+        # A measurable win: the job's outcome (a kernel other than the reference's own copy, whose
+        # interval lies above 1.0). Rows of reports written before outcomes existed count as before.
+        if not r["correct"] or speedup <= p or r.get("strategy") == "reference_copy" and p >= 1.0:
+            return False  # the reference's own copy measures noise, never a speedup
+        return not measurable_only or r.get("outcome", "faster kernel found") == "faster kernel found"
+
+    return sum(1 for r in rows if counts(r)) / len(rows)
 
 
 def geomean(values: list[float]) -> float | None:
@@ -82,7 +94,7 @@ def _bottleneck(traj: Trajectory, records: dict | None = None) -> str:
 def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
     """One workload's line of a batch report (shared by `kloom bench` and the API)."""
     best = traj.best_step
-    speedup = traj.best_speedup
+    m = measured((best.evaluation or {}).get("timing")) if best else None
     baseline = traj.baseline or {}
     roofline = baseline.get("roofline") or {}
     ws = traj.job.world_size
@@ -95,9 +107,19 @@ def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
         "stop_reason": traj.stop_reason,
         "steps": len(traj.steps),
         "correct": best is not None,
+        "outcome": traj.outcome,
+        # The reference timed alone, before any candidate (not the time the speedup divides).
         "baseline_ms": baseline.get("reference_ms"),
-        "best_ms": best.candidate_ms if best else None,
-        "speedup": speedup,
+        # The two times the speedup divides, from the same (interleaved) measurement.
+        "reference_ms": m.reference_ms if m else None,
+        "best_ms": m.candidate_ms if m else None,
+        # The job's result: the best kernel's speedup when it is a measurable win, else 1.0
+        # (the reference stands); the best kernel's own measurement beside it.
+        "speedup": traj.result_speedup,
+        "measured_speedup": m.speedup if m else None,
+        "speedup_ci": [m.low, m.high] if m and m.low is not None else None,
+        "ci_from": m.interval_from if m else None,
+        "verdict": m.verdict if m else None,
         "floor_ms": roofline.get("floor_ms"),
         "dominant": roofline.get("dominant"),
         "fraction_of_floor": best.fraction_of_floor if best else None,
@@ -136,6 +158,10 @@ def build_report(out: str | Path) -> dict[str, Any]:
         "correct": len(correct),
         "correctness_rate": len(correct) / len(rows) if rows else 0.0,
         "fast_p": {str(p): fast_p(rows, p) for p in FAST_P},
+        # fast_1 as the literature counts it (any measured speedup above 1.0, noise included).
+        "fast_1_any": fast_p(rows, 1.0, measurable_only=False),
+        "faster_kernel_found": sum(1 for r in rows if r["outcome"] == "faster kernel found"),
+        "no_measurable_change": sum(1 for r in rows if r["verdict"] == NO_CHANGE),
         "geomean_speedup": geomean([r["speedup"] for r in correct]),
         "median_fraction_of_floor": statistics.median(fractions) if fractions else None,
         "total_gpu_hours": sum(r["gpu_seconds"] for r in rows) / 3600,
@@ -176,23 +202,24 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"| workloads | {a['workloads']} ({a['finished']} finished) |",
         f"| correct (best kernel correct on every rank) | {a['correct']} ({100 * a['correctness_rate']:.0f}%) |",
     ]
-    lines += [f"| fast_{p} | {a['fast_p'][p]:.2f} |" for p in a["fast_p"]]
+    lines += [f"| fast_{p} (measurable wins only) | {a['fast_p'][p]:.2f} |" for p in a["fast_p"]]
+    if "fast_1_any" in a:
+        lines += [
+            f"| fast_1 counting every measured speedup > 1 (as the literature does) | {a['fast_1_any']:.2f} |",
+            f"| faster kernel found / no measurable change | {a['faster_kernel_found']} / {a['no_measurable_change']} |",
+        ]
     lines += [
         f"| geometric-mean speedup (correct workloads) | {_fmt(a['geomean_speedup'], '.3f')}x |",
         f"| median fraction of the roofline floor | {_fmt(a['median_fraction_of_floor'] and 100 * a['median_fraction_of_floor'], '.1f')}% |",
         f"| GPU time | {a['total_gpu_hours']:.3f} GPU-hours |",
         f"| LLM cost | {'unknown (a model without a price)' if a['total_llm_cost_usd'] is None else '$%.4f' % a['total_llm_cost_usd']} ({a['total_tokens']} tokens) |",
         "",
-        "| workload | family | baseline ms | best ms | speedup | floor ms | % of floor | correct | strategy | state |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "",
+        "Each speedup divides the reference's time by the best kernel's, both from the same interleaved",
+        "measurement, with its 95% interval; one whose interval includes 1.0 is no measurable change.",
+        "",
+        *workload_table(report["rows"]),
     ]
-    for r in report["rows"]:
-        lines.append(
-            f"| {r['workload']} | {r['family']} | {_fmt(r['baseline_ms'], '.4g')} | {_fmt(r['best_ms'], '.4g')} | "
-            f"{_fmt(r['speedup'], '.3f')} | {_fmt(r['floor_ms'], '.3g')} | "
-            f"{_fmt(r['fraction_of_floor'] and 100 * r['fraction_of_floor'], '.1f')} | {'yes' if r['correct'] else 'NO'} | "
-            f"{r['strategy'] or '-'} | {r['state']} |"
-        )
     if report["below_half_of_floor"]:
         lines += ["", "## Under 50% of the roofline floor, and what bounds them", ""]
         for b in report["below_half_of_floor"]:
@@ -209,6 +236,24 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Left out of this batch", ""]
         lines += [f"- {x['workload']}: {x['reason']}" for x in report["left_out"]]
     return "\n".join(lines) + "\n"
+
+
+def workload_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-workload table (Markdown), as `kloom bench report` prints it too."""
+    lines = [
+        "| workload | family | outcome | reference ms | best ms | speedup (95% CI) | verdict | floor ms | % of floor | strategy | state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ms = r.get("measured_speedup", r["speedup"])
+        ci = r.get("speedup_ci")
+        speedup = "-" if ms is None else f"{ms:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        lines.append(
+            f"| {r['workload']} | {r['family']} | {r.get('outcome', '-')} | {_fmt(r.get('reference_ms'), '.4g')} | {_fmt(r['best_ms'], '.4g')} | "
+            f"{speedup} | {r.get('verdict') or '-'} | {_fmt(r['floor_ms'], '.3g')} | "
+            f"{_fmt(r['fraction_of_floor'] and 100 * r['fraction_of_floor'], '.1f')} | {r['strategy'] or '-'} | {r['state']} |"
+        )
+    return lines
 
 
 def plot(report: dict[str, Any], out: str | Path) -> list[Path]:
@@ -236,8 +281,8 @@ def plot(report: dict[str, Any], out: str | Path) -> list[Path]:
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(8, max(3, 0.28 * len(rows) + 1)))
     names = [r["workload"] for r in rows]
-    values = [r["speedup"] or 0.0 for r in rows]
-    colors = ["#16a34a" if r["correct"] and (r["speedup"] or 0) > 1 else "#dc2626" if not r["correct"] else "#f59e0b" for r in rows]
+    values = [r.get("measured_speedup", r["speedup"]) or 0.0 for r in rows]
+    colors = ["#16a34a" if r["correct"] and r.get("verdict", "faster") == "faster" else "#dc2626" if not r["correct"] else "#f59e0b" for r in rows]
     ax.barh(names, values, color=colors)
     ax.axvline(1.0, color="#111827", linewidth=1)
     ax.set_xlabel("best speedup over the PyTorch + NCCL reference")

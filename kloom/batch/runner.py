@@ -7,6 +7,9 @@ Layout of a batch directory::
     batch.json                the batch's settings (a resumed run must match them)
     jobs/<workload>/          one FileSink per job: trajectory.json, best_kernel.py
     report.json, report.md, *.png   written by ``kloom.batch.report``
+
+A finished batch committed under ``results/`` keeps its trajectories in one archive instead
+(``kloom bench archive``, ``archive.py``): ``trajectories.jsonl.xz`` and a ``manifest.json`` per job.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agents.loop import FileSink, run_job
-from agents.records import JobSpec, Limits, Trajectory
+from agents.loop import run_job
+from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
+from agents.sinks import FileSink
 from kloom.suite import discover, resolve_suite
 
-FINAL_STATES = {"succeeded", "failed", "cancelled", "stopped"}
+from .archive import ARCHIVE, load_trajectories  # noqa: F401 - load_trajectories is read from here by report.py
 
 
 @dataclass
@@ -91,6 +95,7 @@ def run_batch(
 ) -> list[JobOutcome]:
     """Run (or resume) a batch into ``out``; returns one outcome per workload."""
     from services.worker.evaluator import EvalSettings, Evaluator
+    from services.worker.profiler import job_profiler
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +109,7 @@ def run_batch(
     for info in chosen:
         sink = FileSink(out / "jobs" / info.name)
         previous = sink.load()
-        if previous is not None and previous.state in FINAL_STATES and previous.workload_sha256 == info.sha256:
+        if previous is not None and previous.state in FINISHED_STATES and previous.workload_sha256 == info.sha256:
             outcomes.append(JobOutcome(info.name, previous.state, _speedup(previous), 0.0, skipped=True))
             if on_event:
                 on_event("skipped", {"workload": info.name, "state": previous.state})
@@ -138,7 +143,8 @@ def run_batch(
                     profile=settings.profile,
                 )
                 t0 = time.monotonic()
-                traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb)
+                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+                traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, profiler=profiler)
                 outcome = JobOutcome(info.name, traj.state, _speedup(traj), time.monotonic() - t0)
                 with lock:
                     outcomes.append(outcome)
@@ -162,18 +168,13 @@ def run_batch(
     return outcomes
 
 
-def load_trajectories(out: str | Path) -> list[Trajectory]:
-    trajectories = []
-    for path in sorted(Path(out).glob("jobs/*/trajectory.json")):
-        trajectories.append(Trajectory.from_dict(json.loads(path.read_text())))
-    return trajectories
-
-
 def _speedup(traj: Trajectory) -> float | None:
     return traj.best_speedup
 
 
 def _check_same_batch(out: Path, settings: BatchSettings) -> None:
+    if (out / ARCHIVE).is_file():
+        raise ValueError(f"{out} holds an archived batch ({ARCHIVE}): its jobs cannot resume; use another --out")
     path = out / "batch.json"
     current = asdict(settings)
     if path.is_file():

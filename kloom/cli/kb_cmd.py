@@ -1,4 +1,5 @@
-"""``kloom kb``: search the knowledge base, show a kernel or a strategy, export a kernel.
+"""``kloom kb``: search the knowledge base, show a kernel or a strategy, export a kernel, judge
+the kept kernels again (``verify``).
 
 The database is kloom's (``KLOOM_DATABASE_URL``, else the embedded SQLite file); ``--db`` points
 at another one.
@@ -170,6 +171,34 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(data, indent=2))
             return
         _print_kernel(console, data)
+
+    @kb_app.command("verify")
+    def verify_cmd(
+        device: Annotated[str, typer.Option("--device", help="Judge the kernels of this device kind (cpu or cuda) on this machine.")] = "cpu",
+        world_size: Annotated[int | None, typer.Option("-n", "--world-size", min=1, help="Only kernels of this world size.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Judge and report; change nothing.")] = False,
+        as_json: JsonOpt = False,
+        db: DbOpt = None,
+    ) -> None:
+        """Judge the kept kernels again with the evaluator as it is now; drop those that no longer pass."""
+        from dataclasses import asdict
+
+        from kb.verify import verify
+        from services.worker.evaluator import EvalSettings, Evaluator
+
+        if device not in ("cpu", "cuda"):
+            raise typer.BadParameter("cpu or cuda", param_hint="--device")
+        with Evaluator(device, EvalSettings.from_env(device)) as evaluator:
+            verdicts = verify(_sessions(db), evaluator, device=device, world_size=world_size, dry_run=dry_run)
+        if as_json:
+            typer.echo(json.dumps([asdict(v) for v in verdicts], indent=2))
+            return
+        table = Table(title=f"{len(verdicts)} kernel(s) judged again on {device}" + (" (dry run: nothing changed)" if dry_run else ""))
+        for col in ("id", "workload", "ranks", "kept at", "now", "status", "action", "why"):
+            table.add_column(col, overflow="fold")
+        for v in verdicts:
+            table.add_row(v.kernel_id, v.workload, str(v.world_size), f"{v.kept_speedup:.2f}x", _fmt(v.speedup, "{:.2f}x"), v.status, v.action, v.reason)
+        Console().print(table)
 
     @kb_app.command("export")
     def export_cmd(

@@ -46,9 +46,11 @@ def register(app: typer.Typer) -> None:
         The trajectory is saved after every step; running the same command again resumes it.
         Exit code 0 when a correct kernel was found.
         """
-        from agents.loop import FileSink, run_job
+        from agents.loop import run_job
         from agents.records import JobSpec, Limits
+        from agents.sinks import FileSink
         from services.worker.evaluator import Evaluator
+        from services.worker.profiler import job_profiler
 
         path = resolve_workload(workload)
         settings = _settings(device, shapes)
@@ -80,7 +82,8 @@ def register(app: typer.Typer) -> None:
                 status.update(f"step {step.index + 1}/{max_iters}: best {traj.best_speedup:.3f}x" if best else f"step {step.index + 1}/{max_iters}")
                 console.print(f"step {step.index}: {step.plan.strategy:<26} {step.status:<14} {speed:>9}  {step.feedback.splitlines()[0][:90] if step.feedback else ''}")
 
-            traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, progress=show)
+            profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+            traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, progress=show, profiler=profiler)
         _print_summary(console, traj, sink)
         raise typer.Exit(0 if traj.best_step is not None else 1)
 
@@ -99,20 +102,33 @@ def _open_kb(console: Console):
 
 
 def _print_summary(console: Console, traj, sink) -> None:
+    from kloom.speedup import measured
+
     table = Table(title=f"{traj.workload_name}: {traj.state} ({traj.stop_reason})")
-    for col in ("step", "strategy", "status", "ms", "speedup", "% of floor"):
+    for col in ("step", "strategy", "status", "reference ms", "ms", "speedup (95% CI)", "verdict", "% of floor"):
         table.add_column(col)
     for step in traj.steps:
+        m = measured((step.evaluation or {}).get("timing")) if step.correct else None
+        ci = f" ({m.low:.2f}-{m.high:.2f})" if m and m.low is not None else ""
         table.add_row(
             str(step.index),
             step.plan.strategy,
             step.status,
-            f"{step.candidate_ms:.4g}" if step.candidate_ms else "-",
-            f"{step.speedup:.3f}x" if step.speedup else "-",
+            f"{m.reference_ms:.4g}" if m else "-",
+            f"{m.candidate_ms:.4g}" if m else "-",
+            f"{m.speedup:.3f}x{ci}" if m else "-",
+            m.verdict if m else "-",
             f"{100 * step.fraction_of_floor:.1f}" if step.fraction_of_floor else "-",
         )
     console.print(table)
     best = traj.best_step
     if best:
-        console.print(f"best: step {best.index} ({best.plan.strategy}), {traj.best_speedup:.3f}x over the reference; kernel in {sink.directory / 'best_kernel.py'}")
+        m = measured((best.evaluation or {}).get("timing"))
+        what = m.text() if m else f"{traj.best_speedup:.3f}x"
+        if traj.outcome == "faster kernel found":
+            console.print(f"faster kernel found: step {best.index} ({best.plan.strategy}), {what}; kernel in {sink.directory / 'best_kernel.py'}")
+        else:
+            console.print(f"no faster kernel found: the reference stands at 1.00x (best correct kernel: step {best.index}, {best.plan.strategy}, {what}); it is in {sink.directory / 'best_kernel.py'}")
+    else:
+        console.print("no correct kernel")
     console.print(f"trajectory: {sink.trajectory_path}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -74,12 +73,18 @@ def register(app: typer.Typer) -> None:
 
         from kloom.db import upgrade
         from services.api.app import create_app
+        from services.worker.supervisor import WorkerSupervisor
 
         settings = _settings(api_host=host, api_port=port, data_dir=data_dir, worker_queues=queues)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+        # The API takes jobs for the embedded worker's kinds even before the worker registers.
+        settings = settings.model_copy(update={
+            "data_dir": settings.data_dir.resolve(),
+            "expected_device_kinds": sorted({*settings.expected_device_kinds, *settings.worker_queues}),
+        })
         console = Console(stderr=True)
         upgrade(settings.db_url)
+        settings.make_private()
         env = dict(os.environ, KLOOM_DATA_DIR=str(settings.data_dir), KLOOM_WORKER_SWEEP="1")
         if settings.admin_key is None:
             key_file = _admin_key_file(settings)
@@ -87,21 +92,19 @@ def register(app: typer.Typer) -> None:
             env["KLOOM_ADMIN_KEY"] = key
             settings = settings.model_copy(update={"admin_key": SecretStr(key)})
             console.print(f"admin API key: in [bold]{key_file}[/] (send it as 'Authorization: Bearer <key>')")
-        worker = subprocess.Popen(
+        supervisor = WorkerSupervisor(
             [sys.executable, "-c", "from kloom.cli import main; main()", "worker", "--queues", ",".join(settings.worker_queues), "--sweep"],
-            env=env,
+            env,
+            settings,
             preexec_fn=_die_with_parent,
+            on_restart=lambda old, new: console.print(f"[yellow]the worker (pid {old}) died; started another (pid {new})[/]"),
         )
-        console.print(f"kloom on http://{settings.api_host}:{settings.api_port}/ (data in {settings.data_dir}; worker pid {worker.pid})")
+        pid = supervisor.start()
+        console.print(f"kloom on http://{settings.api_host}:{settings.api_port}/ (data in {settings.data_dir}; worker pid {pid})")
         try:
             _serve(create_app(settings), settings.api_host, settings.api_port)
         finally:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
+            supervisor.stop()
 
     @app.command("api")
     def api(
@@ -116,6 +119,8 @@ def register(app: typer.Typer) -> None:
             from kloom.db import upgrade
 
             upgrade(settings.db_url)
+        if settings.sqlite_path is not None or settings.embedded_broker:
+            settings.make_private()
         _serve("services.api.app:create_app", host or settings.api_host, port or settings.api_port, workers)
 
     @app.command("worker")
@@ -128,6 +133,8 @@ def register(app: typer.Typer) -> None:
         from services.worker.celery_app import create_celery_app, worker_name
 
         settings = _settings(worker_queues=queues, worker_sweep=True if sweep else None)
+        if settings.sqlite_path is not None or settings.embedded_broker:
+            settings.make_private()
         celery = create_celery_app(settings)
         celery.worker_main(
             [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import sys
 from typing import Annotated
 
 import typer
@@ -81,6 +82,15 @@ def list_cmd(
             "problems": [dataclasses.asdict(p) for p in problems],
         }
         typer.echo(json.dumps(payload, indent=2))
+        return
+    if not sys.stdout.isatty():
+        # Piped or redirected: plain tab-separated lines, whole (no box, no truncation), for
+        # grep, cut and column -t.
+        typer.echo("name\tfamily\tworld_sizes\tdescription")
+        for w in chosen:
+            typer.echo("\t".join((w.name, w.family, ",".join(map(str, w.world_sizes)), " ".join(w.description.split()))))
+        for problem in problems:
+            typer.echo(f"not a usable workload: {problem.path}: {problem.reason}", err=True)
         return
     table = Table(title=f"{len(chosen)} workloads" + (f" in {family}" if family else ""))
     table.add_column("name", no_wrap=True, min_width=max((len(w.name) for w in chosen), default=4))

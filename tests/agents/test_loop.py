@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from agents.analysis import build_analysis
 from agents.limits import Budget
-from agents.loop import FileSink, run_job
+from agents.loop import run_job
+from agents.sinks import FileSink
 from agents.records import JobSpec, Limits, Trajectory
 from agents.roles import PlanningContext
 from agents.strategist import OfflineCoder, OfflinePlanner
@@ -152,12 +153,12 @@ def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evalua
     """Two plans that come out as the same code (a model repeating itself, a kept kernel that is
     what an option writes): the second is recorded as skipped, and the evaluator runs once."""
     from agents.records import Plan, Usage
-    from agents.roles import CoderOutput
+    from agents.roles import CoderOutput, Planner
 
     workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
     same = workload.read_text() + "\n\nclass ModelNew(Model):\n    pass\n"
 
-    class TwoNames:
+    class TwoNames(Planner):
         def plan(self, ctx):
             return (Plan(strategy=f"idea_{len(ctx.history)}", rationale="x") if len(ctx.history) < 2 else None), Usage()
 
@@ -182,3 +183,26 @@ def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evalua
     assert [s.status for s in traj.steps] == ["correct", "skipped"]
     assert "identical to step 0" in traj.steps[1].feedback and traj.steps[1].evaluation is None
     assert counting.calls == 1
+
+
+def test_role_errors_end_the_job_by_their_type(evaluator, tmp_path):
+    """A role's error that no step can fix fails the job (a refused key); a provider that stayed
+    down stops it; any other error fails only its step."""
+    from agents.llm import LLMAuthError, LLMUnavailable
+    from agents.roles import Planner
+
+    class Raising(Planner):
+        def __init__(self, error):
+            self.error = error
+
+        def plan(self, ctx):
+            raise self.error
+
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=3), profile="none", use_kb=False)
+    failed = run_job(spec, FileSink(tmp_path / "a"), evaluator=evaluator, planner=Raising(LLMAuthError("bad key")), coder=OfflineCoder())
+    assert (failed.state, failed.stop_reason, failed.steps) == ("failed", "LLMAuthError: bad key", [])
+    stopped = run_job(spec, FileSink(tmp_path / "b"), evaluator=evaluator, planner=Raising(LLMUnavailable("503")), coder=OfflineCoder())
+    assert stopped.state == "stopped" and stopped.stop_reason.endswith("every retry: 503")
+    broken = run_job(spec, FileSink(tmp_path / "c"), evaluator=evaluator, planner=Raising(ValueError("no")), coder=OfflineCoder())
+    assert [s.error for s in broken.steps] == ["ValueError: no"] * 3 and broken.state == "failed"

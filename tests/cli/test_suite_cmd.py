@@ -72,3 +72,18 @@ def test_show_of_an_unknown_workload_fails_with_the_known_names():
     result = runner.invoke(app, ["suite", "show", "no_such_workload"])
     assert result.exit_code == 1
     assert "no workload named 'no_such_workload'" in result.output
+
+
+def test_list_piped_is_plain_tab_separated_lines_with_whole_descriptions():
+    # CliRunner's stdout is not a terminal, as a pipe is not.
+    result = runner.invoke(app, ["suite", "list"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "name\tfamily\tworld_sizes\tdescription"
+    assert not any(ch in result.stdout for ch in "┃│━─┏┡└…")
+    listed = json.loads(runner.invoke(app, ["suite", "list", "--json"]).stdout)["workloads"]
+    assert len(lines) == 1 + len(listed)
+    for line, w in zip(lines[1:], listed):
+        name, family, sizes, description = line.split("\t")
+        assert (name, family, sizes) == (w["name"], w["family"], ",".join(map(str, w["world_sizes"])))
+        assert description == " ".join(w["description"].split())

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agents.llm import LLMCoder, LLMPlanner
-from agents.loop import FileSink, run_job
+from agents.loop import run_job
+from agents.sinks import FileSink
 from agents.records import JobSpec, Limits
 from services.worker.evaluator import EvalSettings, Evaluator
 from tests.fakes.openai_server import Reply

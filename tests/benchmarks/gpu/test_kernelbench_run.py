@@ -1,0 +1,110 @@
+"""benchmarks/gpu/kernelbench_run.py on the CPU, for real, on a tiny KernelBench-layout folder: it
+imports through kloom's importer, measures eager and compiled runs, runs kloom's offline loop with
+the real evaluator, resumes from an earlier call's partial.jsonl without measuring a problem
+twice, and the report reads the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+PROBLEM = '''\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.proj = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x)) {op}
+
+
+def get_inputs():
+    return [torch.randn(16, 24)]
+
+
+def get_init_inputs():
+    return [24]
+'''
+
+ABSENT = '''\
+import torch
+import kloom_fixture_absent_backend
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _run(script: str, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_a_run_resumes_and_reports(tmp_path):
+    kb = tmp_path / "KernelBench"
+    (kb / "level1").mkdir(parents=True)
+    (kb / "level2").mkdir()
+    (kb / "level1" / "1_Linear_relu.py").write_text(PROBLEM.format(op="* 2.0"))
+    (kb / "level1" / "3_Absent_backend.py").write_text(ABSENT)
+    (kb / "level2" / "1_Linear_relu_add.py").write_text(PROBLEM.format(op="+ 1.0"))
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    common = ["--kernelbench", str(tmp_path), "--device", "cpu", "--max-candidates", "1", "--timing-budget-s", "0.05", "--budget-s", "300"]
+
+    one = _run("benchmarks/gpu/kernelbench_run.py", *common, "--out", str(first), "--modes", "eager,default", "--limit", "1")
+    assert one.returncode == 0, one.stderr[-3000:]
+    rows = [json.loads(line) for line in (first / "partial.jsonl").read_text().splitlines()]
+    by_name = {r["workload"]: r for r in rows}
+    assert by_name["level1_3_Absent_backend"]["status"] == "not_imported"
+    assert "kloom_fixture_absent_backend" in by_name["level1_3_Absent_backend"]["reason"]
+    measured = [r for r in rows if r["status"] == "measured"]
+    assert len(measured) == 1
+    row = measured[0]
+    assert row["modes"]["eager"]["ms"] > 0 and row["modes"]["default"]["correct"] is True
+    k = row["kloom"]
+    assert k["correct"] and k["outcome"] in ("faster kernel found", "no faster kernel found")
+    assert k["reference_ms"] > 0 and k["best_ms"] > 0 and k["speedup_ci"][0] <= k["measured_speedup"] <= k["speedup_ci"][1]
+
+    # The second call gets the first's partial.jsonl back and measures only the other problem.
+    two = _run("benchmarks/gpu/kernelbench_run.py", *common, "--out", str(second), "--modes", "eager", "--resume", str(first / "partial.jsonl"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "1 to run in this call" in two.stdout
+    rows = {json.loads(line)["workload"]: json.loads(line) for line in (second / "partial.jsonl").read_text().splitlines()}
+    assert rows[row["workload"]]["modes"] == row["modes"]  # carried over, not measured again
+    assert sum(1 for r in rows.values() if r["status"] == "measured") == 2
+
+    report = _run("benchmarks/kernelbench_report.py", str(second / "partial.jsonl"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    data = json.loads((second / "report.json").read_text())["aggregate"]
+    assert data["measured"] == 2 and data["kloom_correct"] == 2 and data["not_run"] == {"not_imported": 1}
+    assert "level1_3_Absent_backend | not_imported" in (second / "report.md").read_text()
+
+
+def test_a_tight_budget_starts_nothing(tmp_path):
+    kb = tmp_path / "KernelBench" / "level1"
+    kb.mkdir(parents=True)
+    (kb / "1_Linear_relu.py").write_text(PROBLEM.format(op=""))
+    out = _run("benchmarks/gpu/kernelbench_run.py", "--kernelbench", str(tmp_path), "--device", "cpu", "--levels", "1", "--out", str(tmp_path / "o"), "--budget-s", "20", timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "stopping:" in out.stdout and "0/1 problems settled" in out.stdout
