@@ -21,6 +21,7 @@ CAUGHT = {
     "switches_on_tf32": ("rejected", "precision flags"),
     "computes_tf32_quietly": ("incorrect", "outside"),
     "computes_bf16": ("incorrect", "outside"),
+    "hides_timed_outputs": ("rejected", "did not hand back the outputs"),
 }
 
 

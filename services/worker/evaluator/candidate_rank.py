@@ -1,9 +1,10 @@
 """A candidate rank: runs the candidate's ``ModelNew`` on inputs the judge sends it.
 
-It never imports the workload, never sees a seed, the reference's model or its outputs: it gets
-the model's constructor arguments and the seed its weights are drawn with (so that a ``ModelNew``
-can hold the same parameters as the ``Model``), then each trial's inputs, and hands back its
-outputs. What it reports about itself (the checks below, its precision flags, its times) is
+It never sees a trial's seed, the reference's model or its outputs: it gets the model's
+constructor arguments and the seed its weights are drawn with (so that a ``ModelNew`` can hold the
+same parameters as the ``Model``), then each trial's inputs, and hands back its outputs. In timed
+blocks it draws each call's inputs from the workload itself, from a seed the judge picks at random
+for the block (the reference draws the same ones), and hands back the block's last outputs. What it reports about itself (the checks below, its precision flags, its times) is
 taken as a filter only: this process is the candidate's, and anything in it can be patched. The
 judge decides from what the candidate cannot touch: the outputs, compared in a reference rank,
 and the judge process's own clock.
@@ -138,7 +139,7 @@ class CandidateRank(RankBase):
         return reply
 
     def cmd_timing_inputs(self, inputs: list | None, restore: list[int], seed: int = 0) -> dict:
-        self.prepare_timed(self.cand, self._inputs(inputs, seed), restore)
+        self.prepare_timed(self.cand, self._inputs(inputs, seed), restore, draw=lambda block: self._inputs(None, block))
         return {}
 
     def cmd_release(self, collect: bool = True) -> dict:

@@ -15,6 +15,7 @@ exceed the reference's by more than a stated bound (``EvalSettings.clock_slack``
 from __future__ import annotations
 
 import math
+import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ class JudgePools:
 class Block:
     times: dict[int, list[float]]  # per rank, ms, from the side's own clock
     wall_ms: float  # the judge's clock
+    outputs: dict[int, dict] | None = None  # the candidate's last call, per rank: {"outputs", "spec"}
 
     @property
     def reported_ms(self) -> float:
@@ -117,40 +119,51 @@ class Block:
 class Timing:
     """Interleaved blocks of the two sides, each timed with the other stopped."""
 
-    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate):
+    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate, judge_outputs):
         self.pools = pools
         self.s = settings
         self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
         self.check_candidate = check_candidate  # replies -> None, raises Stop
+        # (the candidate's last outputs of a round, per rank; the round) -> None, raises Stop; the
+        # reference ranks hold theirs of the same round's block
+        self.judge_outputs = judge_outputs
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
 
-    def run(self, ref_call_s: float, flush_bytes: int) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
-        """``ref_call_s``: the reference's measured call time; a block of n calls (of either
-        side) must end within max(hang_floor_s, hang_factor x n x ref_call_s)."""
+    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
+        """``ref_call_s``: the reference's measured call time, ``draw_s`` the time it takes to
+        draw one call's inputs; a block of n calls (of either side) must end within
+        max(hang_floor_s, hang_factor x n x (ref_call_s + draw_s)).
+
+        Every call of every block runs on inputs drawn afresh from a seed this process picks at
+        random per round (both sides draw the same ones), and the last outputs of each round's
+        candidate block are judged against the reference's of the same round."""
         s = self.s
         ref, cand = self.pools.reference, self.pools.candidate
 
         def bound(calls: int) -> float:
-            return s.hang_factor * calls * ref_call_s
+            return s.hang_factor * calls * (ref_call_s + draw_s)
 
         try:
             warm = max(1, s.warmup_iters)
-            ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm))
-            cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm))
-            # Calls per side from the reference's own clock and the candidate's wall time less the
-            # reference's overhead (a candidate cannot buy itself fewer calls by what it reports).
-            overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
-            cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
-            per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm
+            warm_seed = secrets.randbits(30)
+            ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
+            cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
+            # Calls per side from the judge's clock (a candidate cannot buy itself fewer or more
+            # calls by what it reports), draws, flushes and round trips included: the budget
+            # bounds the wall time of the timing.
+            per_call_s = (ref_warm.wall_ms + cand_warm.wall_ms) / 2e3 / warm
             iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
             rounds = max(1, min(s.timing_rounds, iters))
             per_block = math.ceil(iters / rounds)
             blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
             for r in range(rounds):
+                seed = secrets.randbits(30)
                 order = [(ref, cand, "reference"), (cand, ref, "candidate")]
                 for side, other, name in order if r % 2 == 0 else order[::-1]:
-                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block)))
+                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=True))
+                self.judge_outputs(blocks["candidate"][-1].outputs, r)
+                blocks["candidate"][-1].outputs = None
         finally:
             ref.resume()
             cand.resume()
@@ -167,12 +180,13 @@ class Timing:
                 f"(allowed: {check.allowed_ms:.3g} ms more); its reported times are not the time it took")))
         return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
 
-    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float) -> Block:
+    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int,
+               keep: bool = False) -> Block:
         """One block of ``side`` with ``other`` stopped; its device work was drained by the
         reply to its last command (each block and trial syncs before answering)."""
         before = other.stop()
         started = time.perf_counter()
-        replies = side.request("time_block", {"iters": iters, "warm": warm, "flush_bytes": flush_bytes},
+        replies = side.request("time_block", {"iters": iters, "warm": warm, "flush_bytes": flush_bytes, "seed": seed, "keep": keep},
                                timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
         wall_ms = (time.perf_counter() - started) * 1e3
         self.stopped_cpu[other.role] += other.stopped_cpu_seconds() - before
@@ -188,7 +202,10 @@ class Timing:
         times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
-        return Block(times, wall_ms)
+        outputs = None
+        if keep and side.role == "candidate":  # the reference's copies only made its block do the same work
+            outputs = {r: {"outputs": rep.get("outputs"), "spec": rep.get("spec")} for r, rep in replies.by_rank.items()}
+        return Block(times, wall_ms, outputs)
 
     def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
         """A side's overhead per block (wall - reported) is its flushes, barriers and the round

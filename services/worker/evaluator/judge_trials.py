@@ -103,23 +103,44 @@ class Trials:
                     for r, rep in ref_trial.by_rank.items()}
         got = self.cand.request("trial", {}, per_rank=per_rank, timeout=ev._limit(timeout), stall_s=self.s.stall_s)
         self._check_candidate(got, "trial", "runtime_error")
-        compare_args = {r: {"outputs": rep["outputs"], "mutated": rep["mutated"], "spec": rep["spec"]} for r, rep in got.by_rank.items()}
+        for rep in got.by_rank.values():
+            if rep.get("aliases") and "output_aliases_input" not in self.result.flags:
+                self.result.flags.append("output_aliases_input")
+        record = self._judge(got.by_rank, TrialRecord(trial=k, seed=self.result.seeds[k], phase=phase, ok=True))
+        self.result.trials.append(record)
+        return record.ok
+
+    def _judge(self, got: dict[int, dict], record: TrialRecord) -> TrialRecord:
+        """The candidate's outputs (per rank) compared by the reference ranks with the ones they
+        kept: ``record`` filled with each rank's check."""
+        ev = self.ev
+        compare_args = {r: {"outputs": rep["outputs"], "mutated": rep.get("mutated") or {}, "spec": rep["spec"]} for r, rep in got.items()}
         judged = self.ref.request("compare", {"tolerance": tolerance_to_names(self.tolerance), "level": self.level, "norm_check": self.norm_check},
                                   per_rank=compare_args, timeout=ev._limit(self.hang_s))
         ev._raise_errors(judged, "compare", "workload_error")
         self._note(judged, "reference")
-        record = TrialRecord(trial=k, seed=self.result.seeds[k], phase=phase, ok=True)
         for rank in range(self.world):
-            rep = got.by_rank[rank]
+            rep = got[rank]
             reply = {"spec": rep["spec"], "check": judged.by_rank[rank]["check"], "late_writes": rep.get("late_writes"),
                      "unexpected_mutation": rep.get("unexpected_mutation")}
             check = compare_rank(rank, reply, {"spec": rep["spec"]}, self.tolerance)
-            if rep.get("aliases") and "output_aliases_input" not in self.result.flags:
-                self.result.flags.append("output_aliases_input")
             record.ranks.append(check)
             record.ok &= check.ok
-        self.result.trials.append(record)
-        return record.ok
+        return record
+
+    def _judge_timed(self, outputs: dict[int, dict] | None, round_: int) -> None:
+        """A timing round's last candidate call, on inputs drawn afresh for it, against the
+        reference's call on the same inputs: what the timed calls returned is judged too."""
+        if not outputs or sorted(outputs) != list(range(self.world)) or any(
+                not isinstance(rep.get("outputs"), list) or not isinstance(rep.get("spec"), str) for rep in outputs.values()):
+            raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
+                f"the candidate's ranks did not hand back the outputs of timing round {round_}'s last call")))
+        record = self._judge(outputs, TrialRecord(trial=round_, seed=0, phase="timed", ok=True))
+        if not record.ok:
+            self.result.trials.append(record)
+            self.result.flags.append("a timed call's outputs were wrong where every trial's were right: caches results or "
+                                     "computes only when checked")
+            raise Stop("incorrect")
 
     def _time(self, seed: int, first: Replies):
         restore = self.ev._restore([first])
@@ -129,7 +150,9 @@ class Trials:
         ready = self.cand.request("timing_inputs", {"restore": restore}, per_rank=per_rank, timeout=self.ev._limit(self.hang_s))
         self._check_candidate(ready, "time", "runtime_error")
         with self._gpu_sampler() as sampler:
-            ref_t, cand_t, check = Timing(self.pools, self.s, self.ev._limit, self._check_candidate).run(self.ref_call_s, self.s.flush_bytes)
+            draw_s = max(float(x) for x in replies_value(tin, "draw_s", 0.0))
+            ref_t, cand_t, check = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed).run(
+                self.ref_call_s, self.s.flush_bytes, draw_s)
         if sampler is not None:
             nvml = sampler.summary()
             self.result.environment["nvml"] = nvml

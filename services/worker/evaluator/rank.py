@@ -18,7 +18,7 @@ import random
 import sys
 import traceback
 from multiprocessing.connection import Client
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -87,7 +87,7 @@ class RankBase:
         dist.all_reduce(warm)  # communicators exist before anything is timed
         self.backend = backend
         self.timers: dict[int, Timer] = {}
-        self.timed: tuple | None = None  # (call, restore) for timed blocks
+        self.timed: TimedCall | None = None  # what timed blocks call
         self.memory_limit = 0  # bytes this rank may hold (0: none)
         self.peak = 0  # CPU: the largest account seen since reset_peak
         precision.pin()
@@ -143,31 +143,77 @@ class RankBase:
             self.timers[flush_bytes] = Timer(self.device, flush_bytes)
         return self.timers[flush_bytes]
 
-    def prepare_timed(self, model, inputs: list, restore: list[int]) -> None:
+    def prepare_timed(self, model, inputs: list, restore: list[int], draw: Callable[[int], list] | None = None) -> None:
+        """What timed calls run: ``model`` on ``inputs`` (restored before each call where the call
+        mutates them), or, where a block gives a seed, on inputs ``draw`` makes afresh for every call."""
         pristine = {i: inputs[i].clone() for i in restore if isinstance(inputs[i], torch.Tensor)}
 
         def restore_inputs() -> None:
             for i, value in pristine.items():
                 inputs[i].copy_(value)
 
-        def call() -> None:
-            with torch.no_grad():
-                model(*inputs)
+        self.timed = TimedCall(model, inputs, restore_inputs if pristine else None, draw)
 
-        self.timed = (call, restore_inputs if pristine else None)
-
-    def cmd_time_block(self, iters: int, warm: int, flush_bytes: int) -> dict:
+    def cmd_time_block(self, iters: int, warm: int, flush_bytes: int, seed: int | None = None, keep: bool = False) -> dict:
         """``warm`` untimed calls, then ``iters`` timed ones (ms each); the device is drained
-        before the reply, so nothing of this side runs on while the other is timed."""
-        if self.timed is None:
+        before the reply, so nothing of this side runs on while the other is timed.
+
+        With a ``seed`` (the judge draws one at random for each block, unrelated to any trial's),
+        every call runs on inputs drawn afresh from it, outside the timed span: no call sees an
+        input an earlier one saw, so a result stored from an earlier input is never the answer.
+        With ``keep``, the block's last outputs go back (host copies, on both sides alike, so
+        the judge's clock sees the same work on either) for the reference to compare."""
+        timed = self.timed
+        if timed is None:
             raise RuntimeError("no timing inputs")
-        call, restore = self.timed
         timer = self.timer(int(flush_bytes))
-        for _ in range(int(warm)):
-            timer.time_call(call, restore)
-        times = [timer.time_call(call, restore) for _ in range(int(iters))]
+        total = int(warm) + int(iters)
+        times = []
+        for i in range(total):
+            if seed is not None:
+                timed.redraw(call_seed(int(seed), i))
+            timed.keep = bool(keep) and i == total - 1
+            elapsed = timer.time_call(timed, None if seed is not None else timed.restore)
+            if i >= int(warm):
+                times.append(elapsed)
         self.sync()
-        return {"times": times}
+        reply: dict[str, Any] = {"times": times}
+        if keep and timed.kept is not None:
+            leaves, spec = T.flatten(timed.kept)
+            timed.kept = None
+            reply.update(outputs=T.detach_cpu(leaves), spec=spec)
+            self.block_outputs(leaves, spec)
+        return reply
+
+    def block_outputs(self, leaves: list, spec: str) -> None:
+        """A role's use of a block's last outputs (the reference keeps them to compare)."""
+
+
+def call_seed(block_seed: int, call: int) -> int:
+    """The seed of call ``call``'s inputs in a block drawn from ``block_seed``."""
+    return (block_seed * 1_000_033 + call * 104_729 + 1) % (2**31 - 1)
+
+
+class TimedCall:
+    """One timed call: the model on its inputs, which ``redraw`` replaces with fresh ones (the
+    old ones dropped first, so a block holds one set at a time). With ``keep``, the outputs of
+    the call stay in ``kept`` (outside the timed span nothing else is held)."""
+
+    def __init__(self, model, inputs: list, restore: Callable[[], None] | None, draw: Callable[[int], list] | None):
+        self.model, self.inputs, self.restore, self.draw = model, inputs, restore, draw
+        self.keep = False
+        self.kept = None
+
+    def redraw(self, seed: int) -> None:
+        if self.draw is None:
+            raise RuntimeError("this side cannot draw inputs")
+        self.inputs = None
+        self.inputs = self.draw(seed)
+
+    def __call__(self) -> None:
+        with torch.no_grad():
+            out = self.model(*self.inputs)
+        self.kept = out if self.keep else None
 
 
 def error_payload(exc: BaseException, phase: str) -> dict:

@@ -92,7 +92,7 @@ class OutputCheck:
 class TrialRecord:
     trial: int
     seed: int
-    phase: Literal["correctness", "post_timing"]
+    phase: Literal["correctness", "post_timing", "timed"]  # timed: a timing round's last call (recorded when wrong)
     ok: bool
     ranks: list[OutputCheck] = field(default_factory=list)
 

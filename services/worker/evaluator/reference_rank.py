@@ -182,17 +182,24 @@ class ReferenceRank(RankBase):
         return {"check": {"totals": totals, "problems": problems}}
 
     def cmd_timing_inputs(self, seed: int, restore: list[int]) -> dict:
+        started = time.perf_counter()
         inputs = self._inputs(seed)
+        self.sync()
+        draw_s = time.perf_counter() - started
         sent = _sendable(inputs)
-        self.prepare_timed(self.ref, inputs, restore)
-        return {"inputs": sent, "seed": seed}
+        self.prepare_timed(self.ref, inputs, restore, draw=self._inputs)
+        return {"inputs": sent, "seed": seed, "draw_s": draw_s}
+
+    def block_outputs(self, leaves: list, spec: str) -> None:
+        """A timed block's last outputs, kept to judge the candidate's of the same block."""
+        self.kept = {"outputs": [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], "mutated": {}, "spec": spec}
 
     def cmd_time_alone(self, timing: dict, seed: int, restore: list[int]) -> dict:
         """The reference alone, by the in-process protocol (``baseline``)."""
         self.prepare_timed(self.ref, self._inputs(seed), restore)
-        call, restore_fn = self.timed
+        timed = self.timed
         times = self.timer(int(timing.get("flush_bytes", 0))).measure(
-            call, restore=restore_fn, warmup=int(timing["warmup_iters"]), min_iters=int(timing["min_iters"]),
+            timed, restore=timed.restore, warmup=int(timing["warmup_iters"]), min_iters=int(timing["min_iters"]),
             max_iters=int(timing["max_iters"]), budget_s=float(timing["budget_s"]))
         return {"times": times}
 

@@ -1,6 +1,6 @@
 """Cheat: be honest for the first calls (the correctness trials), then cache once the timing loop
-starts calling repeatedly. Caught: one more trial on new inputs runs after timing (incorrect,
-"passed before timing but failed after it")."""
+starts calling repeatedly. Caught: timed calls run on inputs drawn afresh and each timing round's
+last outputs are judged (and one more trial on new inputs runs after timing)."""
 import torch
 import torch.distributed as dist
 import torch.nn as nn

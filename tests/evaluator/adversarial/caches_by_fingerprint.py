@@ -1,5 +1,6 @@
 """Cheat: compute once per distinct input and return the stored result when the same input comes
-again (the timing loop calls with the same input many times; every trial brings new ones)."""
+again (the timing loop used to call with the same input many times). Caught: every timed call runs on
+inputs drawn afresh, and each timing round's last outputs are judged."""
 import torch
 import torch.distributed as dist
 import torch.nn as nn
