@@ -47,12 +47,18 @@ def test_correct_candidate_is_timed_against_the_reference(evaluator):
     assert again.trials[0].ranks[0].rank == 0
 
 
-def test_pool_is_reused_across_candidates(evaluator):
+def test_the_reference_pool_is_reused_and_every_candidate_gets_fresh_ranks(evaluator):
     pool = evaluator.pool(2)
-    starts, pids = pool.starts, [p.pid for p in pool.procs]
+    ref_pids = [p.pid for p in pool.reference.procs]
+    seen = set()
     for _ in range(2):
         assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
-    assert pool.starts == starts and [p.pid for p in pool.procs] == pids
+        # The next candidate's ranks were started as this evaluation ended.
+        assert pool.candidate.starting or pool.candidate.alive
+        cand_pids = tuple(p.pid for p in pool.candidate.procs)
+        assert cand_pids and cand_pids not in seen
+        seen.add(cand_pids)
+    assert [p.pid for p in pool.reference.procs] == ref_pids
 
 
 def test_candidate_must_mutate_inputs_like_the_reference(evaluator, tmp_path):

@@ -71,3 +71,14 @@ def test_the_reference_cannot_be_slowed_from_the_candidates_process(unfiltered):
             return max(s.min_ms for s in result.timing.reference)
 
         assert fastest(spun) < 2 * max(fastest(honest), fastest(slowed)), (spun.summary(), honest.summary())
+
+
+def test_what_a_candidate_patches_in_its_process_does_not_reach_the_next_candidate(unfiltered):
+    """A candidate judged correct that slows ``dist.all_reduce`` by 20 ms in its process for
+    whoever calls it next: the next candidate (honest, calling the collective) runs in fresh
+    ranks. In warm ranks the slowdown piled up, 20 ms more per patching candidate."""
+    patched = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / "slows_reference_collective.py", world_size=2)
+    assert patched.correct, patched.summary()
+    honest = unfiltered.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
+    assert honest.correct, honest.summary()
+    assert honest.timing.candidate_ms < 10, honest.summary()

@@ -73,12 +73,13 @@ class Evaluator:
             result.status, result.error = "stopped", ErrorInfo(kind="stopped", message=self._aborted)
             self._aborted = None
 
-    def pool(self, world_size: int, candidate: bool = True) -> JudgePools:
-        """The warm pools for ``world_size``, started (or restarted) as needed."""
+    def pool(self, world_size: int, candidate: bool = True, workload_sha: str = "") -> JudgePools:
+        """The warm pools for ``world_size``, started (or restarted) as needed; with
+        ``workload_sha``, a reference pool that ran another workload starts afresh."""
         pools = self.pools.get(world_size)
         if pools is None:
             pools = self.pools[world_size] = JudgePools(world_size, self.device, self.settings, self.devices)
-        pools.start(candidate=candidate)
+        pools.start(candidate=candidate, workload_sha=workload_sha)
         return pools
 
     # Public API --------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ class Evaluator:
         try:
             info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
-                pools = self._start_pools(world_size)
+                pools = self._start_pools(world_size, workload_sha=info.sha256)
             result.environment = dict(pools.environment)
             ran = True
             self._run(pools, info, source, level, result)
@@ -113,12 +114,17 @@ class Evaluator:
                 result.error.message += f" (this evaluation's deadline of {deadline_s:.0f} s ran out)"
         finally:
             self._ends_at = None
-            if ran and result.status != "correct" and world_size in self.pools:
-                # The candidate's pool goes after any candidate that was not judged correct (one
-                # that lost may have left its process patched for the next); the reference's only
-                # when it failed itself (nothing of a candidate ever runs in it).
+            if ran and world_size in self.pools:
+                # The candidate's ranks go after every candidate, correct or not (one judged
+                # correct may have left its process patched for the next: a library function
+                # slowed, the harness rewritten); fresh ones start at once, to join by the next
+                # evaluation. The reference's go only when they failed themselves (nothing of a
+                # candidate ever runs in them) or for another workload.
                 pools = self.pools[world_size]
-                pools.candidate.kill()
+                if result.status == "stopped" or self._aborted is not None:
+                    pools.candidate.kill()
+                else:
+                    pools.renew_candidate()
                 if reference_failed or result.status in ("stopped", "workload_error") or not pools.reference.alive:
                     pools.reference.kill()
             self._stopped(result)
@@ -136,7 +142,7 @@ class Evaluator:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
             result.workload_sha256 = info.sha256
-            ref = self._start_pools(world_size, candidate=False).reference
+            ref = self._start_pools(world_size, candidate=False, workload_sha=info.sha256).reference
             result.environment = dict(ref.environment)
             seed = self._base_seed()
             load = ref.request("load", self._load_args(info, seed), timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
@@ -195,7 +201,7 @@ class Evaluator:
     def _reference_command(self, op: str, workload, world_size: int, seed: int) -> list[dict]:
         info = inspect_workload(workload)
         info.check_world_size(world_size)
-        ref = self._start_pools(world_size, candidate=False).reference
+        ref = self._start_pools(world_size, candidate=False, workload_sha=info.sha256).reference
         try:
             args = {"workload_path": str(Path(workload).resolve()), "workload_sha": info.sha256, "shapes": self.settings.shapes,
                     "init_seed": seed, "seed": seed + 1}
@@ -229,9 +235,9 @@ class Evaluator:
             raise Stop("rejected", ErrorInfo(kind="static_check", message=message, phase="static_check"))
         return info, source, level
 
-    def _start_pools(self, world_size: int, candidate: bool = True) -> JudgePools:
+    def _start_pools(self, world_size: int, candidate: bool = True, workload_sha: str = "") -> JudgePools:
         try:
-            return self.pool(world_size, candidate=candidate)
+            return self.pool(world_size, candidate=candidate, workload_sha=workload_sha)
         except PoolFailure as failure:
             if self._aborted is not None:
                 raise  # stopped on purpose while starting: not the machine's fault

@@ -47,6 +47,7 @@ class JudgePools:
         self.world_size = world_size
         self.reference = RankPool(world_size, device, settings, devices, role="reference")
         self.candidate = RankPool(world_size, device, settings, devices, role="candidate")
+        self.workload_sha = ""  # the workload whose code the reference's ranks have run
 
     @property
     def pools(self) -> tuple[RankPool, RankPool]:
@@ -77,12 +78,32 @@ class JudgePools:
     def workdir(self) -> str | None:
         return self.candidate.workdir
 
-    def start(self, candidate: bool = True) -> None:
-        """Start the pools that are not running. One after the other, from this thread: each
-        rank's launcher dies with the thread that started it (``PR_SET_PDEATHSIG``)."""
+    def start(self, candidate: bool = True, workload_sha: str = "") -> None:
+        """Start the pools that are not running, and finish a start that was begun. One after
+        the other, from this thread: each rank's launcher dies with the thread that started it
+        (``PR_SET_PDEATHSIG``). The reference's ranks serve one workload: for another one (whose
+        code might have been written to reach the next), they start afresh."""
+        if workload_sha and workload_sha != self.workload_sha:
+            self.reference.kill()
+            self.workload_sha = workload_sha
         for pool in self.pools if candidate else (self.reference,):
-            if not pool.alive:
+            if pool.starting:
+                try:
+                    pool.finish()
+                except PoolFailure:
+                    pool.start()  # a fresh start from here, once
+            elif not pool.alive:
                 pool.start()
+
+    def renew_candidate(self) -> None:
+        """Replace the candidate's ranks after a candidate ran in them, whatever its verdict: a
+        candidate judged correct may still have patched its process (a library function, the
+        harness) for the next one. The new ranks start now and join by the next ``start``."""
+        self.candidate.kill()
+        try:
+            self.candidate.begin()
+        except PoolFailure:
+            self.candidate.kill()  # the next start tries again, and says why if it fails
 
     def kill(self) -> None:
         for pool in self.pools:

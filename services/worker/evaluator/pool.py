@@ -78,13 +78,26 @@ class RankPool:
         self.isolation: sandbox.PoolIsolation | None = None
         self.stopped = False
         self._stopped_pids: list[int] = []
+        self._listener: Listener | None = None  # while a start is under way
 
     # Life cycle -------------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
+    @property
+    def starting(self) -> bool:
+        """Whether a start was begun (``begin``) and not yet finished."""
+        return self._listener is not None
+
     def start(self) -> None:
+        self.begin()
+        self.finish()
+
+    def begin(self) -> None:
+        """Launch the ranks without waiting for them to join (``finish`` waits): they import
+        torch and form their process group meanwhile. From the thread that will use the pool
+        (each rank's launcher dies with the thread that started it)."""
         self.kill()
         self.starts += 1
         self.started_at = time.monotonic()
@@ -92,15 +105,25 @@ class RankPool:
         os.chmod(self.workdir, 0o700)
         address = os.path.join(self.workdir, "pool.sock")
         authkey = secrets.token_bytes(32)
-        listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
         try:
             self._spawn(address, authkey)
-            self._accept(listener, self.settings.start_timeout_s)
         except BaseException:
-            listener.close()
+            self.kill()
+            raise
+
+    def finish(self) -> None:
+        """Wait until every rank begun by ``begin`` has joined (within ``start_timeout_s`` of it)."""
+        listener = self._listener
+        if listener is None:
+            return
+        try:
+            self._accept(listener, max(1.0, self.started_at + self.settings.start_timeout_s - time.monotonic()))
+        except BaseException:
             self.kill()
             raise
         listener.close()
+        self._listener = None
 
     def _spawn(self, address: str, authkey: bytes) -> None:
         """Start every rank through the sandbox's launcher (``sandbox.py``), one at a time: rank 0
@@ -193,7 +216,10 @@ class RankPool:
             raise PoolFailure("timeout", f"rank processes did not join the process group within {timeout:.0f} s")
 
     def close(self, grace_s: float = 5.0) -> None:
-        """Ask the ranks to exit, then kill what is left."""
+        """Ask the ranks to exit, then kill what is left (ranks still starting: at once)."""
+        if self.starting:
+            self.kill()
+            return
         self.resume()
         for conn in self.conns.values():
             try:
@@ -211,6 +237,9 @@ class RankPool:
     def kill(self) -> None:
         """Kill every rank and everything it started; remove the private directory."""
         self.stopped = False
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self.isolation is not None:
             # The pool's cgroup holds what left the process groups too.
             self.isolation.release()
@@ -291,6 +320,8 @@ class RankPool:
         an error and others then stay silent, the silent ones are listed in ``missing`` (they are
         stuck waiting for the failed rank).
         """
+        if self.starting:
+            self.finish()
         if not self.alive:
             raise PoolFailure("crashed", f"the {self.role}'s rank pool is not running", role=self.role)
         try:
