@@ -236,8 +236,22 @@ class Evaluator:
         return info, source, level
 
     def _start_pools(self, world_size: int, candidate: bool = True, workload_sha: str = "") -> JudgePools:
+        """The reference's pool ready; the candidate's (``candidate``) launched, to join by
+        ``candidate_ready`` after the reference's first trial."""
+        with self._starting(world_size):
+            pools = self.pool(world_size, candidate=False, workload_sha=workload_sha)
+            if candidate:
+                pools.begin_candidate()
+            return pools
+
+    def candidate_ready(self, pools: JudgePools) -> None:
+        with self._starting(pools.world_size):
+            pools.ready_candidate()
+
+    @contextmanager
+    def _starting(self, world_size: int):
         try:
-            return self.pool(world_size, candidate=candidate, workload_sha=workload_sha)
+            yield
         except PoolFailure as failure:
             if self._aborted is not None:
                 raise  # stopped on purpose while starting: not the machine's fault

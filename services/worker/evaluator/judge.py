@@ -86,14 +86,18 @@ class JudgePools:
         if workload_sha and workload_sha != self.workload_sha:
             self.reference.kill()
             self.workload_sha = workload_sha
-        for pool in self.pools if candidate else (self.reference,):
-            if pool.starting:
-                try:
-                    pool.finish()
-                except PoolFailure:
-                    pool.start()  # a fresh start from here, once
-            elif not pool.alive:
-                pool.start()
+        _ready(self.reference)
+        if candidate:
+            _ready(self.candidate)
+
+    def begin_candidate(self) -> None:
+        """Launch the candidate's ranks if they are neither running nor starting; they join by
+        ``ready_candidate`` (meanwhile the reference can run its first trial)."""
+        if not self.candidate.alive and not self.candidate.starting:
+            self.candidate.begin()
+
+    def ready_candidate(self) -> None:
+        _ready(self.candidate)
 
     def renew_candidate(self) -> None:
         """Replace the candidate's ranks after a candidate ran in them, whatever its verdict: a
@@ -124,6 +128,17 @@ class JudgePools:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _ready(pool: RankPool) -> None:
+    """``pool`` running and joined: a begun start finished (or, failing that, made again once)."""
+    if pool.starting:
+        try:
+            pool.finish()
+        except PoolFailure:
+            pool.start()
+    elif not pool.alive:
+        pool.start()
 
 
 @dataclass
@@ -170,10 +185,12 @@ class Timing:
             warm_seed = secrets.randbits(30)
             ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
             cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
-            # Calls per side from the judge's clock (a candidate cannot buy itself fewer or more
-            # calls by what it reports), draws, flushes and round trips included: the budget
-            # bounds the wall time of the timing.
-            per_call_s = (ref_warm.wall_ms + cand_warm.wall_ms) / 2e3 / warm
+            # Calls per side from the reference's own clock and the candidate's wall time less the
+            # reference's overhead (a candidate cannot buy itself fewer calls by what it reports),
+            # plus the time a call's inputs take to draw.
+            overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
+            cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
+            per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm + draw_s
             iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
             rounds = max(1, min(s.timing_rounds, iters))
             per_block = math.ceil(iters / rounds)

@@ -51,6 +51,8 @@ class Trials:
             self.norm_check = "float32" not in {k.replace("torch.", "") for k in workload_tol} and not any(
                 replies_value(first, "low_precision_inputs", False))
             cand_share = self._candidate_share(first)
+            with ev._phase(result, "start_candidate"):
+                ev.candidate_ready(self.pools)
             with ev._phase(result, "load"):
                 path = self._write_candidate()
                 per_rank = {r: {"init_args": load.by_rank[r]["init_args"]} for r in range(self.world)}
