@@ -1,6 +1,6 @@
 """What the judge costs per candidate: the judge of version 2 (reference and candidate in separate
 pools, trials in lockstep, stopped sides, the clock cross-check) against the landed one (git
-``b773cb4``, the candidate in the reference's process), side by side in one run.
+``LANDED``, the candidate in the reference's process), side by side in one run.
 
     .venv/bin/python benchmarks/judge_cost.py --device cpu --world-sizes 1 2 --candidates 6 --rounds 2
 
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LANDED = "b773cb4"
+LANDED = "e6eea0b"  # the last landed commit whose judge is version 1 (the candidate in the reference's process)
 WORKLOAD = "tests/evaluator/workloads/linear_allreduce.py"
 CANDIDATE = "tests/evaluator/candidates/correct.py"
 
@@ -50,7 +50,7 @@ print("RESULT" + json.dumps(out))
 
 def landed_tree(directory: Path, given: str | None = None) -> Path:
     """The landed judge's tree (services and kloom at ``LANDED``): ``given`` (a copy made where
-    git is, for a machine without the repository's history: ``git archive b773cb4 services kloom
+    git is, for a machine without the repository's history: ``git archive e6eea0b services kloom
     tests/evaluator | tar -x -C .landed``), or one extracted under ``directory``."""
     if given:
         return Path(given).resolve()
@@ -80,10 +80,10 @@ def main() -> None:
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--landed", default=None, help="a directory holding the landed tree (default: git archive of b773cb4)")
+    parser.add_argument("--landed", default=None, help="a directory holding the landed tree (default: git archive of LANDED)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kloom-judge-cost-") as tmp:
-        variants = {"landed (b773cb4)": landed_tree(Path(tmp), args.landed), "judge v2": ROOT}
+        variants = {f"landed ({LANDED})": landed_tree(Path(tmp), args.landed), "judge v2": ROOT}
         samples: dict[tuple[str, int], list[float]] = {}
         firsts: dict[tuple[str, int], list[float]] = {}
         statuses: dict[tuple[str, int], set] = {}
