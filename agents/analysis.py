@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kloom.evaluation import BaselineResult
 from kloom.opgraph import OpGraph
 
 
@@ -66,7 +67,7 @@ class Analysis:
         return cls(**fields)
 
 
-def build_analysis(traces: list[dict], *, family: str, world_size: int, device: str, baseline: dict | None) -> Analysis:
+def build_analysis(traces: list[dict], *, family: str, world_size: int, device: str, baseline: BaselineResult | None) -> Analysis:
     """Merge the per-rank traces (``Evaluator.analyze``) with the baseline's roofline."""
     first = traces[0]
     sizes: dict[str, int] = {}
@@ -76,7 +77,7 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
             sizes[c["op"]] = max(sizes.get(c["op"], 0), int(c["bytes"]))
         for op, n in Counter(c["op"] for c in trace["collectives"]).items():
             calls[op] = max(calls.get(op, 0), n)
-    roofline = (baseline or {}).get("roofline") or {}
+    roofline = baseline.roofline if baseline else None
     dtypes = sorted({d for t in traces for d in t["input_dtypes"] + t["output_dtypes"]})
     return Analysis(
         family=family,
@@ -99,10 +100,10 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
         collective_bytes=max(t["collective_bytes"] for t in traces),
         mutated_inputs=sorted({i for t in traces for i in t["mutated_inputs"]}),
         output_shapes=first["output_shapes"],
-        dominant=roofline.get("dominant"),
-        floor_ms=roofline.get("floor_ms"),
-        reference_ms=(baseline or {}).get("reference_ms"),
-        roofline_terms={k: roofline.get(k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
+        dominant=roofline.dominant if roofline else None,
+        floor_ms=roofline.floor_ms if roofline else None,
+        reference_ms=baseline.reference_ms if baseline else None,
+        roofline_terms={k: getattr(roofline, k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
         row_split=first.get("row_split"),
         collective_calls=calls,
         bincount_bins=max((t["bincount_bins"] for t in traces if t.get("bincount_bins") is not None), default=None),
@@ -110,11 +111,11 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
     )
 
 
-def untraced_analysis(error: str, *, family: str, world_size: int, device: str, baseline: dict | None) -> Analysis:
+def untraced_analysis(error: str, *, family: str, world_size: int, device: str, baseline: BaselineResult | None) -> Analysis:
     """What is known of a reference that could not be traced: its roofline, nothing of its
     operators. Unknown counts are set so that the generic strategies (CUDA graph, compilation)
     stay eligible; their evaluations decide."""
-    roofline = (baseline or {}).get("roofline") or {}
+    roofline = baseline.roofline if baseline else None
     return Analysis(
         family=family,
         world_size=world_size,
@@ -136,8 +137,8 @@ def untraced_analysis(error: str, *, family: str, world_size: int, device: str, 
         collective_bytes=0,
         mutated_inputs=[],
         output_shapes=[],
-        dominant=roofline.get("dominant"),
-        floor_ms=roofline.get("floor_ms"),
-        reference_ms=(baseline or {}).get("reference_ms"),
+        dominant=roofline.dominant if roofline else None,
+        floor_ms=roofline.floor_ms if roofline else None,
+        reference_ms=baseline.reference_ms if baseline else None,
         trace_error=error[:2000],
     )

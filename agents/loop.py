@@ -185,8 +185,8 @@ class JobLoop:
         verdict = self.verifier.verify(code, step.plan, ctx, deadline_s=deadline)
         step.seconds["verify"] = time.monotonic() - t0
         step.status, step.evaluation, step.profile, step.feedback = verdict.status, verdict.evaluation, verdict.profile, verdict.feedback
-        if verdict.evaluation and verdict.evaluation.get("error"):
-            step.error = verdict.evaluation["error"]["message"]
+        if verdict.evaluation and verdict.evaluation.error:
+            step.error = verdict.evaluation.error.message
 
     def record(self, step: Step) -> None:
         self.traj.steps.append(step)
@@ -216,7 +216,7 @@ class JobLoop:
             if baseline.status != "correct":
                 message = baseline.error.message if baseline.error else baseline.status
                 raise JobFailed(f"the reference itself failed ({baseline.status}): {message}")
-            traj.baseline = baseline.to_dict()
+            traj.baseline = baseline
             self.sink.save(traj, None)
         if traj.analysis is None:
             known = dict(family=info.family, world_size=spec.world_size, device=spec.device, baseline=traj.baseline)

@@ -2,7 +2,10 @@
 and the whole trajectory (saved after every step, with a format version).
 
 Plain dataclasses, JSON round-trippable, importable with the standard library alone: the CLI,
-the service, the dashboard and the knowledge base all read these.
+the service, the dashboard and the knowledge base all read these. A step's evaluation and the
+job's baseline are the evaluator's typed records (``kloom.evaluation``); they become JSON only
+where a trajectory or a step is saved or sent (``to_dict``), and typed again where one is read
+(``from_dict``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from kloom.clock import timestamp
+from kloom.evaluation import BaselineResult, EvalResult, TimingRecord
 
 TRAJECTORY_VERSION = 1
 
@@ -105,7 +109,7 @@ class Step:
     status: StepStatus
     candidate_code: str | None = None
     candidate_sha256: str = ""
-    evaluation: dict[str, Any] | None = None  # EvalResult.to_dict()
+    evaluation: EvalResult | None = None
     profile: dict[str, Any] | None = None  # Profile.to_dict(), with its summary for the agents
     feedback: str = ""  # the verifier's words for the next plan
     error: str = ""
@@ -119,10 +123,14 @@ class Step:
         return self.status == "correct"
 
     @property
+    def timing(self) -> TimingRecord | None:
+        """The evaluation's timing, or None without one."""
+        return self.evaluation.timing if self.evaluation else None
+
+    @property
     def speedup(self) -> float | None:
-        if not self.correct or not self.evaluation or not self.evaluation.get("timing"):
-            return None
-        return self.evaluation["timing"]["speedup"]
+        timing = self.timing
+        return timing.speedup if self.correct and timing else None
 
     @property
     def reported_speedup(self) -> float | None:
@@ -136,14 +144,26 @@ class Step:
 
     @property
     def candidate_ms(self) -> float | None:
-        if not self.correct or not self.evaluation or not self.evaluation.get("timing"):
-            return None
-        return self.evaluation["timing"]["candidate_ms"]
+        timing = self.timing
+        return timing.candidate_ms if self.correct and timing else None
 
     @property
     def fraction_of_floor(self) -> float | None:
-        roofline = (self.evaluation or {}).get("roofline") or {}
-        return roofline.get("fraction_of_floor") if self.correct else None
+        roofline = self.evaluation.roofline if self.evaluation else None
+        return roofline.fraction_of_floor if self.correct and roofline else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as it is stored (a job's step row, a line of its trajectory's ``steps``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Step":
+        raw = dict(data)
+        raw["plan"] = Plan(**raw["plan"])
+        raw["usage"] = Usage(**raw.get("usage", {}))
+        if raw.get("evaluation") is not None:
+            raw["evaluation"] = EvalResult.from_dict(raw["evaluation"])
+        return cls(**raw)
 
 
 def best_of(steps: list[Step]) -> Step | None:
@@ -161,7 +181,7 @@ class Trajectory:
     workload_name: str = ""
     workload_sha256: str = ""
     workload_family: str = ""
-    baseline: dict[str, Any] | None = None  # BaselineResult.to_dict()
+    baseline: BaselineResult | None = None
     analysis: dict[str, Any] | None = None  # the structure found in the reference
     steps: list[Step] = field(default_factory=list)
     state: JobState = "queued"
@@ -194,7 +214,7 @@ class Trajectory:
         best = self.best_step
         if best is None:
             return "no correct kernel"
-        m = measured((best.evaluation or {}).get("timing"))
+        m = measured(best.timing)
         if best.plan.strategy == "reference_copy" or m is None or not m.measurable_win:
             return NO_FASTER
         return "faster kernel found"
@@ -233,12 +253,10 @@ class Trajectory:
             raise ValueError(f"trajectory format version {version} is newer than this kloom reads ({TRAJECTORY_VERSION})")
         job = dict(data["job"])
         job["limits"] = Limits(**job.get("limits", {}))
-        steps = []
-        for raw in data.get("steps", []):
-            raw = dict(raw)
-            raw["plan"] = Plan(**raw["plan"])
-            raw["usage"] = Usage(**raw.get("usage", {}))
-            steps.append(Step(**raw))
-        fields = {f.name for f in dataclasses.fields(cls)} - {"job", "steps", "overhead_usage"}
+        steps = [Step.from_dict(raw) for raw in data.get("steps", [])]
+        fields = {f.name for f in dataclasses.fields(cls)} - {"job", "steps", "overhead_usage", "baseline"}
         overhead = Usage(**data.get("overhead_usage", {}))
-        return cls(job=JobSpec(**job), steps=steps, overhead_usage=overhead, **{k: v for k, v in data.items() if k in fields})
+        baseline = BaselineResult.from_dict(data["baseline"]) if data.get("baseline") is not None else None
+        return cls(
+            job=JobSpec(**job), steps=steps, overhead_usage=overhead, baseline=baseline, **{k: v for k, v in data.items() if k in fields}
+        )

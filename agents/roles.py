@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kloom.evaluation import BaselineResult, EvalResult
+
 from .limits import Budget
 from .records import JobSpec, Plan, Step, Usage, best_of
 
@@ -84,7 +86,7 @@ class PlanningContext:
     workload_source: str
     workload_name: str
     analysis: dict[str, Any] | None  # agents.analysis.Analysis.to_dict()
-    baseline: dict[str, Any] | None  # BaselineResult.to_dict(): reference time and roofline
+    baseline: BaselineResult | None  # the reference timed alone: its time and roofline
     history: list[Step]
     budget: Budget
     kb: KBAdvice = field(default_factory=KBAdvice)
@@ -108,7 +110,7 @@ class CoderOutput:
 @dataclass
 class Verdict:
     status: str
-    evaluation: dict[str, Any] | None
+    evaluation: EvalResult | None
     profile: dict[str, Any] | None
     feedback: str
 
@@ -142,8 +144,8 @@ class Evaluator(Protocol):
     #: The GPUs its ranks run on (None: the first ``world_size`` visible, or the CPU).
     devices: list[int] | None
 
-    def baseline(self, workload: str, *, world_size: int) -> Any: ...
+    def baseline(self, workload: str, *, world_size: int) -> BaselineResult: ...
 
     def analyze(self, workload: str, *, world_size: int) -> Any: ...
 
-    def evaluate(self, workload: str, *, candidate_source: str, world_size: int, deadline_s: float | None = None) -> Any: ...
+    def evaluate(self, workload: str, *, candidate_source: str, world_size: int, deadline_s: float | None = None) -> EvalResult: ...

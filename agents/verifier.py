@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from kloom.evaluation import EvalResult
+
 from .records import Plan
 from .roles import Evaluator, PlanningContext, Verdict
 
@@ -22,13 +24,12 @@ class Verifier:
         """Evaluate (within ``deadline_s`` seconds when given), profile as the policy says, and
         write the feedback."""
         result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, deadline_s=deadline_s)
-        evaluation = result.to_dict()
         profile = None
         if result.correct and self._should_profile(result, ctx):
             profile = self.profiler(ctx.spec.workload, code, world_size=ctx.spec.world_size, device=ctx.spec.device)
-        return Verdict(status=result.status, evaluation=evaluation, profile=profile, feedback=feedback(result, profile, ctx))
+        return Verdict(status=result.status, evaluation=result, profile=profile, feedback=feedback(result, profile, ctx))
 
-    def _should_profile(self, result, ctx: PlanningContext) -> bool:
+    def _should_profile(self, result: EvalResult, ctx: PlanningContext) -> bool:
         if self.profiler is None or self.policy == "none":
             return False
         if self.policy == "every_correct":
@@ -37,7 +38,7 @@ class Verifier:
         return best is None or (result.timing is not None and result.timing.speedup > (best.reported_speedup or 0.0))
 
 
-def feedback(result, profile: dict | None, ctx: PlanningContext) -> str:
+def feedback(result: EvalResult, profile: dict | None, ctx: PlanningContext) -> str:
     """A few lines for the planner: what happened, how it compares, what bounds it."""
     lines = [result.summary()]
     best = ctx.best

@@ -16,6 +16,7 @@ import hashlib
 import math
 
 from agents.records import Step
+from kloom.evaluation import EvalResult
 
 #: Flags of an evaluation that mean a person should look before anyone relies on it.
 SUSPICIOUS_FLAGS = ("suspiciously_fast", "faster_than_roofline_floor")
@@ -28,42 +29,44 @@ DRIFT_MIN_GAIN = 0.02
 FIRST_EVALUATOR_VERSION = "1"
 
 
-def evaluator_version(evaluation: dict | None) -> str:
+def evaluator_version(evaluation: EvalResult | None) -> str:
     """The version of the evaluator that wrote ``evaluation``."""
-    return str((evaluation or {}).get("evaluator_version") or FIRST_EVALUATOR_VERSION)[:32]
+    return str((evaluation.evaluator_version if evaluation else "") or FIRST_EVALUATOR_VERSION)[:32]
 
 
 def refusal(step: Step, workload_sha256: str) -> str:
     """Why ``step``'s candidate may not be kept as a judged win on the workload ``workload_sha256``
     ("" when it may), apart from the margin over the noise, which ``ingest.beat_baseline`` decides."""
-    evaluation = step.evaluation or {}
-    if step.status != "correct" or evaluation.get("status") != "correct" or not evaluation.get("correct", True):
+    evaluation = step.evaluation
+    if step.status != "correct" or evaluation is None or evaluation.status != "correct" or not evaluation.correct:
         return f"not judged correct ({step.status})"
     if not step.candidate_code:
         return "no code"
     sha = hashlib.sha256(step.candidate_code.encode("utf-8", "surrogatepass")).hexdigest()
-    if evaluation.get("candidate_sha256") != sha:
+    if evaluation.candidate_sha256 != sha:
         return "the evaluation is not of this code"
-    if workload_sha256 and evaluation.get("workload_sha256") not in (None, "", workload_sha256):
+    if workload_sha256 and evaluation.workload_sha256 not in (None, "", workload_sha256):
         return "the evaluation is not on this workload"
-    trials = evaluation.get("trials") or []
-    if not trials or not all(t.get("ok") and t.get("ranks") and all(r.get("ok") for r in t["ranks"]) for t in trials):
+    trials = evaluation.trials
+    if not trials or not all(t.ok and t.ranks and all(r.ok for r in t.ranks) for t in trials):
         return "not every correctness trial passed on every rank"
-    flags = [f for f in evaluation.get("flags") or [] if str(f).startswith(SUSPICIOUS_FLAGS)]
+    flags = [f for f in evaluation.flags if str(f).startswith(SUSPICIOUS_FLAGS)]
     if flags:
         return f"flagged: {flags[0]}"
-    timing = evaluation.get("timing") or {}
-    try:
-        reference_ms, candidate_ms, speedup = float(timing["reference_ms"]), float(timing["candidate_ms"]), float(timing["speedup"])
-    except (KeyError, TypeError, ValueError):
+    timing = evaluation.timing
+    if timing is None:
+        return "no timing"
+    try:  # a time stored as null (an infinity, which JSON cannot hold) is none
+        reference_ms, candidate_ms, speedup = float(timing.reference_ms), float(timing.candidate_ms), float(timing.speedup)
+    except (TypeError, ValueError):
         return "no timing"
     if not all(math.isfinite(v) and v > 0 for v in (reference_ms, candidate_ms, speedup)):
         return "a time that is not a positive number"
     if not math.isclose(speedup, reference_ms / candidate_ms, rel_tol=1e-6):
         return "the speedup is not the one its timings give"
-    alone = timing.get("reference_alone") or []
-    if alone and any(str(f).startswith(DRIFT_FLAG) for f in evaluation.get("flags") or []):
-        alone_ms = max(float(t["median_ms"]) for t in alone)
+    alone = timing.reference_alone or []
+    if alone and any(str(f).startswith(DRIFT_FLAG) for f in evaluation.flags):
+        alone_ms = max(float(t.median_ms) for t in alone)
         if alone_ms / candidate_ms <= 1 + DRIFT_MIN_GAIN:
             return f"the reference ran slower beside it; against the reference alone it is {alone_ms / candidate_ms:.3f}x"
     return ""

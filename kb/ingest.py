@@ -55,12 +55,12 @@ def beat_baseline(step: Step) -> bool:
     speedup = step.speedup
     if speedup is None or step.plan.strategy == "reference_copy":
         return False
-    timing = step.evaluation["timing"]
+    timing = step.timing
     margin = MIN_GAIN
-    after = timing.get("reference_after")
-    if after and timing.get("reference_ms"):
-        again = max(t["median_ms"] for t in after)
-        margin = max(margin, abs(again / timing["reference_ms"] - 1))
+    after = timing.reference_after
+    if after and timing.reference_ms:
+        again = max(t.median_ms for t in after)
+        margin = max(margin, abs(again / timing.reference_ms - 1))
     return speedup > 1 + margin
 
 
@@ -70,12 +70,11 @@ def params_key(params: dict[str, Any]) -> str:
 
 def failure_reason(step: Step) -> str:
     """Why a step failed, in one short line: its error, else the evaluator's message."""
-    evaluation = step.evaluation or {}
-    mismatch = next(
-        (c.get("message") for t in evaluation.get("trials") or [] for c in t.get("ranks") or [] if not c.get("ok")),
-        "",
-    )
-    text = step.error or (evaluation.get("error") or {}).get("message") or mismatch or step.feedback or step.status
+    evaluation = step.evaluation
+    trials = evaluation.trials if evaluation else []
+    mismatch = next((c.message for t in trials for c in t.ranks if not c.ok), "")
+    error = evaluation.error if evaluation else None
+    text = step.error or (error.message if error else "") or mismatch or step.feedback or step.status
     first = next((line.strip() for line in str(text).splitlines() if line.strip()), step.status)
     return first[:_REASON_CHARS]
 
@@ -130,7 +129,7 @@ def _ingest(session: Session, traj: Trajectory, source: str | None) -> IngestRep
     sig = Signature.from_trajectory(traj)
     job_id = job_key(traj)
     best = traj.best_step
-    reference_ms = (traj.baseline or {}).get("reference_ms")
+    reference_ms = traj.baseline.reference_ms if traj.baseline else None
     claimed = session.execute(
         _insert(session, KBJob)
         .values(
@@ -208,7 +207,7 @@ def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: 
     count = 0
     for step in kept_steps(traj):
         speedup = step.speedup
-        timing = step.evaluation["timing"]
+        timing = step.timing
         strategy, params = _attributed(session, step)
         session.add(
             KBKernel(
@@ -226,10 +225,10 @@ def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: 
                 interconnect=sig.interconnect,
                 signature=sig.to_dict(),
                 speedup=speedup,
-                candidate_ms=timing["candidate_ms"],
-                reference_ms=timing["reference_ms"],
+                candidate_ms=timing.candidate_ms,
+                reference_ms=timing.reference_ms,
                 fraction_of_floor=step.fraction_of_floor,
-                evaluation=step.evaluation,
+                evaluation=step.evaluation.to_dict(),
                 strategy=strategy,
                 params=params,
                 plan_source=step.plan.source,
@@ -304,7 +303,7 @@ def _record_strategies(session: Session, traj: Trajectory, sig: Signature, job_i
             },
         ).returning(table.c.id)
         strategy_id = session.execute(stmt).scalar_one()
-        timing = (step.evaluation or {}).get("timing") or {}
+        timing = step.timing
         session.add(
             KBEvidence(
                 strategy_id=strategy_id,
@@ -315,7 +314,7 @@ def _record_strategies(session: Session, traj: Trajectory, sig: Signature, job_i
                 status=step.status,
                 speedup=speedup,
                 candidate_ms=step.candidate_ms,
-                reference_ms=timing.get("reference_ms"),
+                reference_ms=timing.reference_ms if timing else None,
                 fraction_of_floor=step.fraction_of_floor,
                 params=params,
                 profile_summary=_profile_summary(step.profile),

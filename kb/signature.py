@@ -88,7 +88,7 @@ class Signature:
     def from_trajectory(cls, trajectory) -> "Signature":
         """The signature of a finished job's workload (an ``agents.records.Trajectory``)."""
         env = environment_of(trajectory)
-        baseline_roofline = (trajectory.baseline or {}).get("roofline") or {}
+        roofline = trajectory.baseline.roofline if trajectory.baseline else None
         return cls.from_analysis(
             trajectory.analysis,
             device=trajectory.job.device,
@@ -96,7 +96,7 @@ class Signature:
             interconnect=str(env.get("interconnect") or env.get("backend") or ""),
             family=trajectory.workload_family,
             world_size=trajectory.job.world_size,
-            dominant=str(baseline_roofline.get("dominant") or ""),
+            dominant=str((roofline.dominant if roofline else "") or ""),
         )
 
     # Serialising --------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ class Similarity:
 def environment_of(trajectory) -> dict[str, Any]:
     """The evaluator's environment of a trajectory's runs (GPU name, backend), from any step."""
     for record in [trajectory.baseline] + [s.evaluation for s in trajectory.steps]:
-        env = (record or {}).get("environment") or {}
+        env = record.environment if record else {}
         if env:
             return env
     return {}

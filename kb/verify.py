@@ -65,9 +65,8 @@ def _verify_one(session: Session, kernel: KBKernel, evaluator, dry_run: bool) ->
         path = Path(tmp) / f"{re.sub(r'[^A-Za-z0-9_]', '_', kernel.workload_name)[:100] or 'workload'}.py"
         path.write_text(source, encoding="utf-8")
         result = evaluator.evaluate(path, candidate_source=kernel.code, world_size=kernel.world_size)
-    evaluation = result.to_dict()
     step = Step(index=kernel.step_index, plan=Plan(strategy=kernel.strategy), status=result.status,
-                candidate_code=kernel.code, candidate_sha256=kernel.code_sha256, evaluation=evaluation)
+                candidate_code=kernel.code, candidate_sha256=kernel.code_sha256, evaluation=result)
     verdict.status = result.status
     verdict.speedup = result.timing.speedup if result.timing else None
     refused = admission.refusal(step, kernel.workload_sha256)
@@ -80,9 +79,9 @@ def _verify_one(session: Session, kernel: KBKernel, evaluator, dry_run: bool) ->
             session.delete(kernel)
             session.commit()
         return verdict
-    verdict.action, verdict.reason = "kept", f"judged again by evaluator {admission.evaluator_version(evaluation)}"
+    verdict.action, verdict.reason = "kept", f"judged again by evaluator {admission.evaluator_version(result)}"
     if not dry_run:
-        kernel.evaluator_version = admission.evaluator_version(evaluation)
+        kernel.evaluator_version = admission.evaluator_version(result)
         kernel.verified_at = utcnow()
         session.commit()
     return verdict

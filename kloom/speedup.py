@@ -20,7 +20,10 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
+
+if TYPE_CHECKING:
+    from kloom.evaluation import TimeStats, TimingRecord
 
 Verdict = Literal["faster", "slower", "no measurable change", "unmeasured"]
 NO_CHANGE = "no measurable change"
@@ -53,19 +56,19 @@ def paired_interval(reference: Sequence[Sequence[float]], candidate: Sequence[Se
     return ratios[int(tail * (_RESAMPLES - 1))], ratios[int(math.ceil((1 - tail) * (_RESAMPLES - 1)))]
 
 
-def stats_interval(reference: Sequence[dict], candidate: Sequence[dict]) -> tuple[float, float] | None:
-    """An interval from per-rank summary statistics (``TimeStats`` as dicts): the slowest rank's
-    median on each side, with the standard error of a median (1.2533 sigma / sqrt(n)), combined
-    on the log scale as if the sides were independent. None when the statistics are missing."""
+def stats_interval(reference: Sequence[TimeStats], candidate: Sequence[TimeStats]) -> tuple[float, float] | None:
+    """An interval from per-rank summary statistics: the slowest rank's median on each side,
+    with the standard error of a median (1.2533 sigma / sqrt(n)), combined on the log scale as if
+    the sides were independent. None when the statistics are missing."""
     try:
-        ref = max(reference, key=lambda s: s["median_ms"])
-        cand = max(candidate, key=lambda s: s["median_ms"])
-        if ref["median_ms"] <= 0 or cand["median_ms"] <= 0 or ref["iters"] < 2 or cand["iters"] < 2:
+        ref = max(reference, key=lambda s: s.median_ms)
+        cand = max(candidate, key=lambda s: s.median_ms)
+        if ref.median_ms <= 0 or cand.median_ms <= 0 or ref.iters < 2 or cand.iters < 2:
             return None
-        rel = [1.2533 * s["stdev_ms"] / math.sqrt(s["iters"]) / s["median_ms"] for s in (ref, cand)]
-    except (KeyError, TypeError, ValueError):
+        rel = [1.2533 * s.stdev_ms / math.sqrt(s.iters) / s.median_ms for s in (ref, cand)]
+    except (TypeError, ValueError):
         return None
-    ratio = ref["median_ms"] / cand["median_ms"]
+    ratio = ref.median_ms / cand.median_ms
     half = _Z95 * math.hypot(*rel)
     return ratio * math.exp(-half), ratio * math.exp(half)
 
@@ -126,18 +129,18 @@ class Measured:
         return out if self.verdict == "faster" else f"{out}: {self.verdict}"
 
 
-def measured(timing: dict[str, Any] | None) -> Measured | None:
-    """The speedup of an evaluation's ``TimingRecord`` (as a dict): its two medians, and the
-    interval the evaluator computed from the samples, or one from the statistics."""
-    if not timing or timing.get("speedup") is None or timing.get("candidate_ms") is None:
+def measured(timing: TimingRecord | None) -> Measured | None:
+    """The speedup of an evaluation's timing: its two medians, and the interval the evaluator
+    computed from the samples, or one from the statistics."""
+    if timing is None or timing.speedup is None or timing.candidate_ms is None:
         return None
-    reference_ms = timing.get("reference_ms")
-    if reference_ms is None:  # a record without it: the time the speedup implies
-        reference_ms = timing["speedup"] * timing["candidate_ms"]
-    low, high = timing.get("speedup_ci_low"), timing.get("speedup_ci_high")
+    reference_ms = timing.reference_ms
+    if reference_ms is None:  # a record without it (stored as null): the time the speedup implies
+        reference_ms = timing.speedup * timing.candidate_ms
+    low, high = timing.speedup_ci_low, timing.speedup_ci_high
     source: Literal["samples", "statistics", "none"] = "samples"
     if low is None or high is None:
-        found = stats_interval(timing.get("reference") or [], timing.get("candidate") or [])
+        found = stats_interval(timing.reference or [], timing.candidate or [])
         low, high = found if found else (None, None)
         source = "statistics" if found else "none"
-    return Measured(float(reference_ms), float(timing["candidate_ms"]), float(timing["speedup"]), low, high, source)
+    return Measured(float(reference_ms), float(timing.candidate_ms), float(timing.speedup), low, high, source)

@@ -11,6 +11,7 @@ from typing import Any
 
 from agents.records import Plan, Step
 from agents.roles import PlanningContext
+from kloom.evaluation import BaselineResult, ErrorInfo
 
 from .library import LibraryTemplate
 
@@ -65,21 +66,21 @@ def analysis_view(analysis: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def roofline_view(baseline: dict[str, Any] | None) -> dict[str, Any] | None:
+def roofline_view(baseline: BaselineResult | None) -> dict[str, Any] | None:
     """The reference time and the floor: which term (compute, HBM, link) bounds the workload."""
-    if not baseline:
+    if baseline is None:
         return None
-    roofline = baseline.get("roofline") or {}
+    roofline = baseline.roofline
     view = {
-        "reference_ms": _ms(baseline.get("reference_ms")),
-        "status": baseline.get("status", ""),
-        "dominant": roofline.get("dominant"),
-        "floor_ms": _ms(roofline.get("floor_ms")),
-        "compute_ms": _ms(roofline.get("compute_ms")),
-        "hbm_ms": _ms(roofline.get("hbm_ms")),
-        "link_ms": _ms(roofline.get("link_ms")),
-        "profile": roofline.get("profile"),
-        "reference_fraction": roofline.get("reference_fraction"),
+        "reference_ms": _ms(baseline.reference_ms),
+        "status": baseline.status,
+        "dominant": roofline.dominant if roofline else None,
+        "floor_ms": _ms(roofline.floor_ms if roofline else None),
+        "compute_ms": _ms(roofline.compute_ms if roofline else None),
+        "hbm_ms": _ms(roofline.hbm_ms if roofline else None),
+        "link_ms": _ms(roofline.link_ms if roofline else None),
+        "profile": roofline.profile if roofline else None,
+        "reference_fraction": roofline.reference_fraction if roofline else None,
     }
     if view["reference_fraction"] is not None:
         view["reference_fraction"] = f"{100 * view['reference_fraction']:.1f}%"
@@ -96,10 +97,14 @@ def profile_summary(profile: dict[str, Any] | None) -> str:
     return clip(json.dumps(profile, sort_keys=True, default=str), CLIP["profile"])
 
 
+def _evaluator_error(step: Step) -> ErrorInfo | None:
+    return step.evaluation.error if step.evaluation else None
+
+
 def error_line(step: Step) -> str:
     """The step's own error, else the evaluator's error message."""
-    error = (step.evaluation or {}).get("error") or {}
-    return step.error or error.get("message") or ""
+    error = _evaluator_error(step)
+    return step.error or (error.message if error else "") or ""
 
 
 def failure_text(step: Step) -> str:
@@ -107,13 +112,13 @@ def failure_text(step: Step) -> str:
     parts = []
     if step.error:
         parts.append(clip(step.error, CLIP["error"]))
-    error = (step.evaluation or {}).get("error") or {}
-    if error.get("message") and error["message"] not in step.error:
-        where = f" on rank {error['rank']}" if error.get("rank") is not None else ""
-        phase = f" during {error['phase']}" if error.get("phase") else ""
-        parts.append(f"{error.get('kind') or step.status}{where}{phase}: {clip(error['message'], CLIP['error'])}")
-    if error.get("traceback"):
-        tail = error["traceback"].strip()[-CLIP["traceback"] :]
+    error = _evaluator_error(step)
+    if error and error.message and error.message not in step.error:
+        where = f" on rank {error.rank}" if error.rank is not None else ""
+        phase = f" during {error.phase}" if error.phase else ""
+        parts.append(f"{error.kind or step.status}{where}{phase}: {clip(error.message, CLIP['error'])}")
+    if error and error.traceback:
+        tail = error.traceback.strip()[-CLIP["traceback"] :]
         parts.append(f"traceback (end):\n{tail}")
     if step.feedback:
         parts.append(clip(step.feedback, CLIP["feedback"]))

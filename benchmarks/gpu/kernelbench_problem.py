@@ -213,14 +213,14 @@ def run_kloom(row: dict, args, save) -> None:
     with DevicePeak(args.device) as seen, Evaluator(args.device, settings) as evaluator:
         traj = run_job(spec, FileSink(Path(args.jobs) / args.name), evaluator=evaluator)
     best = traj.best_step
-    m = measured((best.evaluation or {}).get("timing")) if best else None
+    m = measured(best.timing) if best else None
     row["kloom"] = {
         "state": traj.state,
         "stop_reason": traj.stop_reason[:500],
         "outcome": traj.outcome,
         "result_speedup": traj.result_speedup,
         "correct": best is not None,
-        "reference_alone_ms": (traj.baseline or {}).get("reference_ms"),
+        "reference_alone_ms": traj.baseline.reference_ms if traj.baseline else None,
         "reference_ms": m.reference_ms if m else None,
         "best_ms": m.candidate_ms if m else None,
         "measured_speedup": m.speedup if m else None,

@@ -76,7 +76,7 @@ def best_kernel(out: str | Path, workload: str) -> str | None:
 def manifest(traj: Trajectory, commit: str | None) -> dict[str, Any]:
     """What a job's folder keeps once its trajectory is archived."""
     best = traj.best_step
-    environment = (traj.baseline or {}).get("environment") or {}
+    environment = traj.baseline.environment if traj.baseline else {}
     hardware = {k: environment[k] for k in ("gpu", "gpu_memory_gib", "sm_count", "cuda", "torch", "triton", "python", "backend") if k in environment}
     return {
         "version": MANIFEST_VERSION,

@@ -94,11 +94,11 @@ def _bottleneck(traj: Trajectory, records: dict | None = None) -> str:
 def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
     """One workload's line of a batch report (shared by `kloom bench` and the API)."""
     best = traj.best_step
-    m = measured((best.evaluation or {}).get("timing")) if best else None
-    baseline = traj.baseline or {}
-    roofline = baseline.get("roofline") or {}
+    m = measured(best.timing) if best else None
+    baseline = traj.baseline
+    roofline = baseline.roofline if baseline else None
     ws = traj.job.world_size
-    seconds = (baseline.get("phase_seconds") or {}).get("total", 0.0)
+    seconds = baseline.phase_seconds.get("total", 0.0) if baseline else 0.0
     seconds += sum(s.seconds.get("verify", 0.0) for s in traj.steps)
     return {
         "workload": traj.workload_name,
@@ -109,7 +109,7 @@ def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
         "correct": best is not None,
         "outcome": traj.outcome,
         # The reference timed alone, before any candidate (not the time the speedup divides).
-        "baseline_ms": baseline.get("reference_ms"),
+        "baseline_ms": baseline.reference_ms if baseline else None,
         # The two times the speedup divides, from the same (interleaved) measurement.
         "reference_ms": m.reference_ms if m else None,
         "best_ms": m.candidate_ms if m else None,
@@ -120,16 +120,16 @@ def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
         "speedup_ci": [m.low, m.high] if m and m.low is not None else None,
         "ci_from": m.interval_from if m else None,
         "verdict": m.verdict if m else None,
-        "floor_ms": roofline.get("floor_ms"),
-        "dominant": roofline.get("dominant"),
+        "floor_ms": roofline.floor_ms if roofline else None,
+        "dominant": roofline.dominant if roofline else None,
         "fraction_of_floor": best.fraction_of_floor if best else None,
-        "baseline_fraction_of_floor": roofline.get("reference_fraction"),
+        "baseline_fraction_of_floor": roofline.reference_fraction if roofline else None,
         "strategy": best.plan.strategy if best else None,
         "cost_usd": traj.usage.cost_usd,
         "tokens": traj.usage.tokens,
         "gpu_seconds": seconds * ws if traj.job.device == "cuda" else 0.0,
         "wall_seconds": seconds,
-        "flags": sorted({f for s in traj.steps if s.correct for f in (s.evaluation or {}).get("flags", [])}),
+        "flags": sorted({f for s in traj.steps if s.correct and s.evaluation for f in s.evaluation.flags}),
         "bottleneck": _bottleneck(traj, records),
         # Why the reference could not be traced: its job was planned without the structure.
         "trace_error": (traj.analysis or {}).get("trace_error", ""),
@@ -149,7 +149,7 @@ def build_report(out: str | Path) -> dict[str, Any]:
     costs = [r["cost_usd"] for r in rows]
     environment = {}
     for t in trajectories:
-        environment = (t.baseline or {}).get("environment") or environment
+        environment = (t.baseline.environment if t.baseline else {}) or environment
         if environment:
             break
     aggregate = {

@@ -9,7 +9,6 @@ again, so that a run outlives the outage with nothing half-written and nothing r
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from typing import Any
@@ -80,7 +79,7 @@ class DBSink:
             if not self._held(job):
                 raise LeaseLost(f"job {self.job_id} is no longer held by attempt {self.attempt}")
             if step is not None:
-                data = json_safe(step.to_dict() if hasattr(step, "to_dict") else dataclasses.asdict(step))
+                data = json_safe(step.to_dict())
                 job_ops.record_step(session, self.job_id, data, json_safe(step.speedup))
             best = trajectory.best_step
             meta = trajectory.to_dict()

@@ -18,6 +18,7 @@ from agents.strategist.catalog import options_for
 from agents.strategist.codegen import source_rewrites
 from agents.strategist.offline import KB_MIN_WEIGHT, offline_candidate
 from kloom.suite import find
+from tests import eval_records
 
 #: On the CPU the vocab-parallel cross-entropy has three options besides the reference.
 OPTIONS = {"torch_compile", "coalesce_allreduce_compiled", "coalesce_allreduce"}
@@ -45,7 +46,7 @@ def _evidence(strategy: str, speedup: float | None, weight: float = 1.0) -> Stra
 
 
 def _step(index: int, plan: Plan, code: str, speedup: float | None) -> Step:
-    evaluation = {"timing": {"speedup": speedup, "candidate_ms": 1.0 / speedup}} if speedup else None
+    evaluation = eval_records.evaluation(timing=eval_records.timing(speedup, 1.0 / speedup)) if speedup else None
     status = "correct" if speedup else "incorrect"
     return Step(index, plan, status, code, hashlib.sha256(code.encode()).hexdigest(), evaluation)
 

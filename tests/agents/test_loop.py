@@ -17,6 +17,7 @@ from agents.records import JobSpec, Limits, Trajectory
 from agents.roles import PlanningContext
 from agents.strategist import OfflineCoder, OfflinePlanner
 from kloom.cli import app
+from kloom.evaluation import BaselineResult, EvalResult
 from kloom.suite import find
 from services.worker.evaluator.static_check import check_candidate
 
@@ -33,7 +34,7 @@ def test_optimize_three_suite_workloads_offline(tmp_path):
         assert result.exit_code == 0, result.output
         traj = Trajectory.from_dict(json.loads((out / "trajectory.json").read_text()))
         assert traj.state == "succeeded" and traj.best_step is not None
-        assert traj.best_step.evaluation["correct"]
+        assert traj.best_step.evaluation.correct
         assert (out / "best_kernel.py").read_text() == traj.best_step.candidate_code
         assert traj.analysis["collectives"], "the trace found the reference's collectives"
 
@@ -92,8 +93,12 @@ def test_job_resumes_without_redoing_steps(evaluator, tmp_path):
     sink = FileSink(tmp_path)
     first = run_job(spec, sink, evaluator=evaluator)
     assert len(first.steps) == 1
+    # The loop keeps the evaluator's records as they came; the saved trajectory reads them back the same.
+    assert isinstance(first.baseline, BaselineResult) and isinstance(first.steps[0].evaluation, EvalResult)
+    saved = sink.load()
+    assert saved.baseline == first.baseline and saved.steps[0].evaluation == first.steps[0].evaluation
     spec.limits.max_iters = 2
-    resumed = run_job(spec, sink, evaluator=evaluator, resume=sink.load())
+    resumed = run_job(spec, sink, evaluator=evaluator, resume=saved)
     assert [s.index for s in resumed.steps][:1] == [0]
     assert resumed.steps[0].candidate_sha256 == first.steps[0].candidate_sha256
     assert len({(s.plan.strategy, json.dumps(s.plan.params, sort_keys=True)) for s in resumed.steps}) == len(resumed.steps)

@@ -25,6 +25,7 @@ from agents.strategist.prefetch import PREFETCH_HELPER, prefetch_exchange
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.evaluator.static_check import check_candidate
+from tests import eval_records
 
 RING = ("cp_ring_attention", "cp_ring_attention_causal")
 #: Every suite file the rewrite applies to (the two ring-attention workloads: the only loops whose
@@ -311,7 +312,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
     original = Path(find("cp_ring_attention").path)
     renamed = tmp_path / "something_else_entirely.py"
     shutil.copy(original, renamed)
-    baseline = {"reference_ms": 5.256, "roofline": {"dominant": "compute", "floor_ms": 1.41, "compute_ms": 1.4096, "hbm_ms": 0.0799, "link_ms": 0.5097}}
+    baseline = eval_records.baseline(5.256, roofline=eval_records.roofline("compute", 1.41, compute_ms=1.4096, hbm_ms=0.0799, link_ms=0.5097))
     plans = []
     for path in (original, renamed):
         traces = evaluator.analyze(path, world_size=2)

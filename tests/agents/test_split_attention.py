@@ -22,6 +22,7 @@ from agents.strategist.attention import split_causal_attention
 from agents.strategist.codegen import render, source_rewrites
 from kloom.suite import find
 from services.worker.evaluator.static_check import check_candidate
+from tests import eval_records
 
 WORKLOAD = "cp_allgather_kv_attention"
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-10), torch.bfloat16: (1e-3, 1.6e-2)}
@@ -133,7 +134,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(tmp_path, evaluator, t
     original = Path(find(WORKLOAD).path)
     renamed = tmp_path / "gathered_keys.py"
     shutil.copy(original, renamed)
-    baseline = {"reference_ms": 3.19, "roofline": {"dominant": "compute", "floor_ms": 1.23}}  # as measured on 4xH200
+    baseline = eval_records.baseline(3.19, roofline=eval_records.roofline("compute", 1.23))  # as measured on 4xH200
     for path in (original, renamed):
         for device in ("cuda", "cpu"):
             if traced:

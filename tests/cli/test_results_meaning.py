@@ -16,7 +16,8 @@ from agents.records import JobSpec, Plan, Step, Trajectory
 from kloom.batch.report import build_report, fast_p, report_row, to_markdown
 from kloom.cli import app
 from kloom.speedup import measured, paired_interval, stats_interval, verdict
-from services.worker.evaluator.records import TimeStats, TimingRecord
+from kloom.evaluation import TimeStats, TimingRecord
+from tests import eval_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,22 +40,19 @@ def test_paired_interval_separates_a_win_from_noise():
         paired_interval([[1.0]], [[1.0]])
 
 
-def _timing(ref: list[float], cand: list[float], **extra) -> dict:
-    record = TimingRecord(
+def _timing(ref: list[float], cand: list[float], **extra) -> TimingRecord:
+    return TimingRecord(
         reference=[TimeStats.from_samples(ref)], candidate=[TimeStats.from_samples(cand)],
         reference_ms=TimeStats.from_samples(ref).median_ms, candidate_ms=TimeStats.from_samples(cand).median_ms,
         speedup=TimeStats.from_samples(ref).median_ms / TimeStats.from_samples(cand).median_ms, interleaved=True, **extra,
     )
-    import dataclasses
-
-    return dataclasses.asdict(record)
 
 
 def test_measured_prefers_the_evaluators_interval_and_else_uses_the_statistics():
     timing = _timing(_samples(2.0, 50, 5), _samples(1.0, 50, 6))
     m = measured(timing)
     assert m.interval_from == "statistics" and m.low < m.speedup < m.high and m.verdict == "faster"
-    assert m.reference_ms == timing["reference_ms"] and m.candidate_ms == timing["candidate_ms"]
+    assert m.reference_ms == timing.reference_ms and m.candidate_ms == timing.candidate_ms
     assert "ms, 95% CI" in m.text()
     noisy = measured(_timing(_samples(1.1, 5, 7, spread=0.6), _samples(1.0, 5, 8, spread=0.6)))
     assert noisy.verdict == "no measurable change" and noisy.text().endswith("no measurable change")
@@ -63,11 +61,12 @@ def test_measured_prefers_the_evaluators_interval_and_else_uses_the_statistics()
     assert stats_interval([], []) is None and measured(None) is None
 
 
-def _traj(*steps: tuple[str, dict | None]) -> Trajectory:
+def _traj(*steps: tuple[str, TimingRecord | None]) -> Trajectory:
     traj = Trajectory(job=JobSpec(workload="w.py", world_size=2), workload_name="w", workload_family="other", state="succeeded")
-    traj.baseline = {"reference_ms": 9.0}
+    traj.baseline = eval_records.baseline(9.0)
     for i, (strategy, timing) in enumerate(steps):
-        traj.steps.append(Step(index=i, plan=Plan(strategy=strategy), status="correct" if timing else "incorrect", evaluation={"timing": timing} if timing else None))
+        status = "correct" if timing else "incorrect"
+        traj.steps.append(Step(index=i, plan=Plan(strategy=strategy), status=status, evaluation=eval_records.evaluation(status, timing=timing) if timing else None))
     return traj
 
 
@@ -77,9 +76,9 @@ def test_a_job_without_a_measurable_win_found_no_faster_kernel():
     row = report_row(lost)
     assert row["outcome"] == "no faster kernel found" and row["speedup"] == 1.0
     # The row shows the two times its measured speedup divides, not the reference timed alone.
-    best = lost.best_step.evaluation["timing"]
-    assert (row["reference_ms"], row["best_ms"]) == (best["reference_ms"], best["candidate_ms"])
-    assert row["measured_speedup"] == pytest.approx(best["reference_ms"] / best["candidate_ms"])
+    best = lost.best_step.evaluation.timing
+    assert (row["reference_ms"], row["best_ms"]) == (best.reference_ms, best.candidate_ms)
+    assert row["measured_speedup"] == pytest.approx(best.reference_ms / best.candidate_ms)
     won = _traj(("incorrect_one", None), ("torch_compile", _timing(_samples(2.0, 40, 13), _samples(1.0, 40, 14))))
     assert won.outcome == "faster kernel found" and won.result_speedup == pytest.approx(won.best_speedup)
     assert _traj(("x", None)).outcome == "no correct kernel" and _traj(("x", None)).result_speedup is None
@@ -120,8 +119,8 @@ def test_a_speedup_within_the_noise_between_evaluations_is_no_win():
     from kloom.speedup import noise_floor
 
     for ref_ms, cand_ms, low, high in [(0.1051, 0.0914, 1.097, 1.192), (2.7913, 2.7586, 1.0074, 1.0162), (0.0645, 0.0597, 1.0606, 1.0987)]:
-        m = measured({"speedup": ref_ms / cand_ms, "reference_ms": ref_ms, "candidate_ms": cand_ms, "speedup_ci_low": low, "speedup_ci_high": high})
+        m = measured(eval_records.timing(ref_ms / cand_ms, cand_ms, ref_ms, speedup_ci_low=low, speedup_ci_high=high))
         assert m.verdict == "no measurable change", (ref_ms, m.floor)
     assert noise_floor(0.1) == pytest.approx(0.21) and noise_floor(2.7) == pytest.approx(0.0174, abs=1e-4)
     # A real win clears it: 2x at 0.1 ms a call, interval 1.8-2.2.
-    assert measured({"speedup": 2.0, "reference_ms": 0.2, "candidate_ms": 0.1, "speedup_ci_low": 1.8, "speedup_ci_high": 2.2}).verdict == "faster"
+    assert measured(eval_records.timing(2.0, 0.1, 0.2, speedup_ci_low=1.8, speedup_ci_high=2.2)).verdict == "faster"

@@ -13,7 +13,6 @@ and into the knowledge base, so that the pages show real multi-step GPU runs. Sa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -65,7 +64,7 @@ def import_batch(service: Service, directory: Path) -> str:
         owner_id = keys.lookup(session, service.admin_key, service.admin_key).id  # commits the admin's row
     with sessions() as session, session.begin():
         trajectories = load_trajectories(directory)  # job folders, or the archive of a committed batch
-        gpu = next(((t.baseline or {}).get("environment", {}).get("gpu", "") for t in trajectories if t.baseline), "")
+        gpu = next((t.baseline.environment.get("gpu", "") for t in trajectories if t.baseline), "")
         kind = "cpu" if settings["device"] == "cpu" else f"cuda-{gpu.split()[-1].lower() or 'gpu'}x{settings['world_size']}"
         batch = Batch(
             owner_key_id=owner_id,
@@ -105,7 +104,7 @@ def import_batch(service: Service, directory: Path) -> str:
             session.add(job)
             session.flush()
             for step in traj.steps:
-                job_ops.record_step(session, job.id, json_safe(dataclasses.asdict(step)), json_safe(step.speedup))
+                job_ops.record_step(session, job.id, json_safe(step.to_dict()), json_safe(step.speedup))
             reason = traj.stop_reason if traj.state in FINISHED else f"imported from {directory} before it finished"
             job_ops.finish(session, job.id, 1, state, reason)
             traj.job.job_id = job.id  # the knowledge base links its kernels and evidence to this job

@@ -102,9 +102,10 @@ def test_a_job_submitted_from_the_form_gains_points_live(open_page, service, art
     expect(point).to_have_attribute("aria-label", re.compile(re.escape(speedup_text(step["speedup"]))))
     # The best-so-far line and the "new best" mark are for measurable wins only: the reference's
     # own copy (the first step here) never is one, so the job found no faster kernel.
+    from kloom.evaluation import EvalResult
     from kloom.speedup import measured
 
-    win = step["data"]["plan"]["strategy"] != "reference_copy" and measured(step["data"]["evaluation"]["timing"]).measurable_win
+    win = step["data"]["plan"]["strategy"] != "reference_copy" and measured(EvalResult.from_dict(step["data"]["evaluation"]).timing).measurable_win
     expect(plot.locator("svg.trajectory path.best-line")).to_have_count(1 if win else 0)
     if not win:
         expect(plot.locator("svg.trajectory .mark-best")).to_have_count(0)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.records import JobSpec, Limits, Plan, Step, Trajectory, Usage
-from kloom.roofline.model import RooflineRecord
-from services.worker.evaluator.records import (
+from kloom.evaluation import (
+    BaselineResult,
     ErrorInfo,
     EvalResult,
     OutputCheck,
@@ -17,6 +17,7 @@ from services.worker.evaluator.records import (
     TimingRecord,
     TrialRecord,
 )
+from kloom.roofline.model import RooflineRecord
 
 
 @dataclass
@@ -130,7 +131,7 @@ def _roofline(reference_ms: float, candidate_ms: float | None, dominant: str) ->
     )
 
 
-def evaluation(w: Workload, t: Tried, code_sha: str, *, device: str, gpu: str, reference_ms: float) -> dict:
+def evaluation(w: Workload, t: Tried, code_sha: str, *, device: str, gpu: str, reference_ms: float) -> EvalResult:
     ranks = range(w.world_size)
     result = EvalResult(
         status=t.status,
@@ -167,7 +168,7 @@ def evaluation(w: Workload, t: Tried, code_sha: str, *, device: str, gpu: str, r
         result.trials = [TrialRecord(trial=0, seed=11, phase="correctness", ok=False, ranks=[bad])]
     else:
         result.error = ErrorInfo(kind=t.status, message=f"RuntimeError: NCCL error in {t.strategy}: unhandled cuda error", rank=2, phase="load")
-    return result.to_dict()
+    return result
 
 
 def trajectory(
@@ -188,15 +189,15 @@ def trajectory(
         workload_name=w.name,
         workload_sha256=w.sha256,
         workload_family=w.family,
-        baseline={
-            "status": "correct",
-            "workload": w.name,
-            "world_size": w.world_size,
-            "device": device,
-            "reference_ms": reference_ms,
-            "roofline": {"dominant": w.dominant, "floor_ms": reference_ms * 0.3},
-            "environment": _environment(device, gpu),
-        },
+        baseline=BaselineResult(
+            status="correct",
+            workload=w.name,
+            world_size=w.world_size,
+            device=device,
+            reference_ms=reference_ms,
+            roofline=_roofline(reference_ms, None, w.dominant),
+            environment=_environment(device, gpu),
+        ),
         analysis=w.analysis(device),
         state=state,
         stop_reason="iteration limit reached",

@@ -6,6 +6,7 @@ evaluator and drops those that no longer pass."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -34,7 +35,7 @@ def _ingest(db, traj) -> kb_ingest.IngestReport:
 
 def test_an_honest_win_is_kept_with_its_evaluator_version(sqlite_db):
     traj = trajectory("job-honest", WORKLOAD, [Tried("overlap_chunks", speedup=1.8)])
-    traj.steps[0].evaluation["evaluator_version"] = "2"
+    traj.steps[0].evaluation.evaluator_version = "2"
     assert _ingest(sqlite_db, traj).kernels == 1
     [kernel] = _kernels(sqlite_db)
     assert kernel.evaluator_version == "2" and kernel.verified_at is None
@@ -49,25 +50,25 @@ def _forge(step, how: str) -> None:
     if how == "other code":  # a record of another candidate, pasted onto this code
         step.candidate_code += "# something else\n"
     elif how == "speedup":  # numbers that are not the timings' own
-        evaluation["timing"]["speedup"] = 4.95
+        evaluation.timing.speedup = 4.95
     elif how == "infinite":
-        evaluation["timing"]["candidate_ms"] = 0.0
-        evaluation["timing"]["speedup"] = float("inf")
+        evaluation.timing.candidate_ms = 0.0
+        evaluation.timing.speedup = float("inf")
     elif how == "failed trial":
-        evaluation["trials"][2]["ranks"][1]["ok"] = False
+        evaluation.trials[2].ranks[1].ok = False
     elif how == "no trials":
-        evaluation["trials"] = []
+        evaluation.trials = []
     elif how == "too fast":
-        evaluation["flags"] = ["suspiciously_fast: 12.0x over the reference"]
+        evaluation.flags = ["suspiciously_fast: 12.0x over the reference"]
     elif how == "other workload":
-        evaluation["workload_sha256"] = hashlib.sha256(b"another workload").hexdigest()
+        evaluation.workload_sha256 = hashlib.sha256(b"another workload").hexdigest()
     elif how == "status":
-        evaluation["status"] = "incorrect"
+        evaluation.status = "incorrect"
     elif how == "reference slowed":
         # Beside the candidate the reference took twice as long as alone: alone, no win is left.
-        timing = evaluation["timing"]
-        timing["reference_alone"] = [dict(t, median_ms=t["median_ms"] / 1.8) for t in timing["reference"]]
-        evaluation["flags"] = ["reference_timing_drift: 1.1 ms alone before the candidate, 2 ms beside it"]
+        timing = evaluation.timing
+        timing.reference_alone = [dataclasses.replace(t, median_ms=t.median_ms / 1.8) for t in timing.reference]
+        evaluation.flags = ["reference_timing_drift: 1.1 ms alone before the candidate, 2 ms beside it"]
 
 
 @pytest.mark.parametrize("how", ["other code", "speedup", "infinite", "failed trial", "no trials", "too fast", "other workload", "status", "reference slowed"])
@@ -82,8 +83,8 @@ def test_a_job_whose_best_step_is_not_a_judged_win_adds_no_kernel(sqlite_db):
     # The best step (2.6x) carries a forged record; the honest 1.4x win of the same job is not
     # kept either: the job's result is in doubt.
     traj = trajectory("job-mixed", WORKLOAD, [Tried("cuda_graph", speedup=1.4), Tried("overlap_chunks", speedup=2.6)])
-    traj.steps[1].evaluation["timing"]["speedup"] = 2.6
-    traj.steps[1].evaluation["timing"]["reference_ms"] = 1.0  # 1.0 / (2.0 / 2.6) is not 2.6
+    traj.steps[1].evaluation.timing.speedup = 2.6
+    traj.steps[1].evaluation.timing.reference_ms = 1.0  # 1.0 / (2.0 / 2.6) is not 2.6
     assert _ingest(sqlite_db, traj).kernels == 0
     # A job whose best is within the noise keeps nothing, as before.
     assert _ingest(sqlite_db, trajectory("job-noise", WORKLOAD, [Tried("cuda_graph", speedup=1.01)])).kernels == 0
@@ -144,7 +145,7 @@ def _kept(db, job_id: str, code: str, speedup: float) -> str:
     traj = trajectory(job_id, w, [Tried("collective_substitution", speedup=speedup)], device="cpu", gpu="")
     step = traj.steps[0]
     step.candidate_code = code
-    step.candidate_sha256 = step.evaluation["candidate_sha256"] = hashlib.sha256(code.encode()).hexdigest()
+    step.candidate_sha256 = step.evaluation.candidate_sha256 = hashlib.sha256(code.encode()).hexdigest()
     with db.sessions() as s:
         kb_ingest.ingest(s, traj, workload_source=VERIFY_WORKLOAD)
         return s.scalars(select(KBKernel).where(KBKernel.job_id == job_id)).one().public_id

@@ -51,7 +51,7 @@ def ingest_real_kernel(sessions, *, keep_source: bool = True) -> str:
     step = traj.steps[0]
     step.candidate_code = KERNEL_SOURCE
     # The evaluation is of the code it judged: the knowledge base checks that.
-    step.candidate_sha256 = step.evaluation["candidate_sha256"] = hashlib.sha256(KERNEL_SOURCE.encode()).hexdigest()
+    step.candidate_sha256 = step.evaluation.candidate_sha256 = hashlib.sha256(KERNEL_SOURCE.encode()).hexdigest()
     with sessions() as s:
         kb_ingest.ingest(s, traj, workload_source=WORKLOAD_SOURCE if keep_source else None)
         return s.scalars(select(KBKernel).where(KBKernel.job_id == "job-export")).one().public_id

@@ -12,11 +12,12 @@ from agents.records import JobSpec, Plan, Step, Trajectory
 from service_helpers import IDLE_QUEUE, TINY_WORKLOAD, queue_length, submit
 from services.db import jobs as job_ops
 from services.db.sink import DBSink, LeaseLost
+from tests import eval_records
 
 
 def _step(index: int, ms: float | None, code: str = "class ModelNew: pass") -> Step:
     status = "correct" if ms is not None else "incorrect"
-    evaluation = {"timing": {"candidate_ms": ms, "speedup": 2.0 / ms}, "roofline": {"fraction_of_floor": 0.1 * index}} if ms else None
+    evaluation = eval_records.evaluation(timing=eval_records.timing(2.0 / ms, ms), roofline=eval_records.roofline(fraction_of_floor=0.1 * index)) if ms else None
     return Step(index=index, plan=Plan(strategy=f"s{index}"), status=status, candidate_code=code, candidate_sha256=f"sha{index}", evaluation=evaluation)
 
 
@@ -210,7 +211,7 @@ def test_the_job_record_says_what_the_job_found(client, new_key, sessions):
     with sessions() as s, s.begin():
         claim = job_ops.claim(s, sure, "test-worker", max_attempts=3, dead_after_s=60)
     step = _step(0, 0.5)
-    step.evaluation["timing"].update(reference_ms=2.0, speedup_ci_low=3.6, speedup_ci_high=4.4)
+    step.evaluation.timing.speedup_ci_low, step.evaluation.timing.speedup_ci_high = 3.6, 4.4
     traj = Trajectory(job=JobSpec(workload="w.py", world_size=2), steps=[step], state="succeeded")
     DBSink(sessions, sure, claim.attempt).save(traj, step)
     listed = {j["id"]: j for j in client.get("/api/v1/jobs", headers=headers).json()["data"]}

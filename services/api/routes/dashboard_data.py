@@ -99,19 +99,20 @@ def job_trajectory(job_id: str, key: CurrentKey, session: SessionDep) -> Traject
     job = owned_job(session, key, job_id)
     steps = session.scalars(select(StepRecord.data).where(StepRecord.job_id == job_id).order_by(StepRecord.index)).all()
     traj = job_trajectory_record(job, list(steps))
-    roofline = (traj.baseline or {}).get("roofline") or {}
-    reference_ms = (traj.baseline or {}).get("reference_ms")
-    floor_ms = roofline.get("floor_ms")
+    baseline = traj.baseline
+    roofline = baseline.roofline if baseline else None
+    reference_ms = baseline.reference_ms if baseline else None
+    floor_ms = roofline.floor_ms if roofline else None
     usage = traj.usage
     return TrajectoryPublic(
         job_id=job.id,
         state=job.state,
         stop_reason=job.stop_reason,
-        baseline=traj.baseline,
+        baseline=baseline.to_dict() if baseline else None,
         analysis=traj.analysis,
         reference_ms=reference_ms,
         floor_ms=floor_ms,
-        dominant=roofline.get("dominant"),
+        dominant=roofline.dominant if roofline else None,
         floor_speedup=reference_ms / floor_ms if reference_ms and floor_ms else None,
         usage={"calls": usage.calls, "tokens": usage.tokens, "cost_usd": usage.cost_usd, "model": usage.model},
     )
@@ -174,7 +175,7 @@ def build_batch_report(session: Session, batch: Batch) -> dict[str, Any]:
         ({**batch_report.report_row(t), "job_id": job.id} for job, t in zip(jobs, trajectories)), key=lambda r: (r["family"], r["workload"])
     )
     agg = aggregate(rows)
-    environment = next((t.baseline["environment"] for t in trajectories if (t.baseline or {}).get("environment")), {})
+    environment = next((t.baseline.environment for t in trajectories if t.baseline and t.baseline.environment), {})
     totals = {
         "workloads": agg.workloads,
         "finished": agg.finished,

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 from sse_starlette import EventSourceResponse
 
-from agents.records import FINISHED_STATES
+from agents.records import FINISHED_STATES, Step
 from kloom.clock import utcnow
 from services.db import jobs as job_ops
 from services.db import workers
@@ -213,17 +213,18 @@ def best_kernel(job_id: str, key: CurrentKey, session: SessionDep) -> BestKernel
     if job.best_step_index is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no correct kernel yet")
     step = session.scalar(select(StepRecord).where(StepRecord.job_id == job_id, StepRecord.index == job.best_step_index))
-    data = step.data
-    evaluation = data.get("evaluation") or {}
+    best = Step.from_dict(step.data)
+    timing = best.timing
+    roofline = best.evaluation.roofline if best.evaluation else None
     return BestKernel(
         job_id=job_id,
         step_index=step.index,
-        strategy=data["plan"]["strategy"],
+        strategy=best.plan.strategy,
         speedup=step.speedup,
-        candidate_ms=(evaluation.get("timing") or {}).get("candidate_ms"),
-        fraction_of_floor=(evaluation.get("roofline") or {}).get("fraction_of_floor"),
-        candidate_sha256=data.get("candidate_sha256", ""),
-        code=data.get("candidate_code") or "",
+        candidate_ms=timing.candidate_ms if timing else None,
+        fraction_of_floor=roofline.fraction_of_floor if roofline else None,
+        candidate_sha256=best.candidate_sha256,
+        code=best.candidate_code or "",
     )
 
 

@@ -1,7 +1,8 @@
 """The multi-rank evaluator. Imports torch and the standard library only."""
 
+from kloom.evaluation import BaselineResult, EvalResult
+
 from .evaluator import Evaluator, EvaluatorUnavailable
-from .records import BaselineResult, EvalResult
 from .settings import EvalSettings
 
 __all__ = ["Evaluator", "EvaluatorUnavailable", "EvalResult", "BaselineResult", "EvalSettings"]

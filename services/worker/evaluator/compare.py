@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .records import OutputCheck
+from kloom.evaluation import OutputCheck
 
 #: (atol, rtol) by dtype. Reductions across ranks reorder floating-point sums, so the float32
 #: tolerance is looser than torch.testing's default; low-precision types follow torch.testing.

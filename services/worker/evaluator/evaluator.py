@@ -26,13 +26,13 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from kloom.evaluation import EVALUATOR_VERSION, BaselineResult, ErrorInfo, EvalResult
 from kloom.roofline import RooflineTerms, detect_profile, estimate, load_profile
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload, read_source
 
 from . import precision
 from .judge import JudgePools, Stop, replies_value, stats
 from .pool import PoolFailure, Replies
-from .records import EVALUATOR_VERSION, BaselineResult, ErrorInfo, EvalResult
 from .settings import EvalSettings
 from .static_check import check_candidate
 

@@ -20,8 +20,9 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
+
 from .pool import PoolFailure, RankPool, Replies
-from .records import ClockCheck, ErrorInfo, TimeStats
 from .settings import EvalSettings
 
 #: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,

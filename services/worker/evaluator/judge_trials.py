@@ -6,13 +6,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 from kloom.speedup import paired_interval
 
 from . import precision
 from .compare import compare_rank, resolve_tolerance, tolerance_to_names
 from .judge import JudgePools, Stop, Timing, replies_value, stats
 from .pool import Replies
-from .records import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 
 
 class Trials:

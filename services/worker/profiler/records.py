@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from services.worker.evaluator.records import _from_dict
+from kloom.evaluation import _from_dict
 
 from .timeline import Breakdown
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from agents.limits import Budget
 from agents.records import JobSpec, Limits, Plan, Step
 from agents.roles import FailureHint, KBAdvice, KernelHint, PlanningContext, StrategyHint
+from kloom.evaluation import ErrorInfo
+from tests.eval_records import baseline as baseline_record
+from tests.eval_records import evaluation, roofline, timing
 
 WORKLOAD = '''import os
 import torch
@@ -58,10 +61,6 @@ FAILED_CODE = GOOD_CODE.replace("dist.all_gather_into_tensor(gathered, x_shard)"
 FAILURE_MESSAGE = "rank 1 output mismatch: max abs diff 3.2 at index (17, 4)"
 
 
-def _timing(speedup: float, candidate_ms: float) -> dict:
-    return {"timing": {"speedup": speedup, "candidate_ms": candidate_ms, "reference_ms": candidate_ms * speedup}}
-
-
 def planning_context(budget: Budget | None = None, *, history: bool = True, kb: bool = True, baseline: bool = True) -> PlanningContext:
     spec = JobSpec(workload="suite/tensor_parallel/ag_matmul.py", world_size=2, device="cpu", strategist="openai/gpt-4o-mini")
     steps = []
@@ -72,7 +71,7 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
                 plan=Plan(strategy="collective_substitution", params={"all_gather": "into_tensor"}, rationale="one call", source="llm"),
                 status="correct",
                 candidate_code=BEST_CODE,
-                evaluation={**_timing(1.42, 0.31), "roofline": {"fraction_of_floor": 0.12}},
+                evaluation=evaluation(timing=timing(1.42, 0.31), roofline=roofline("link", 0.0372, fraction_of_floor=0.12)),
                 profile={"summary": "92% of the time in gloo allgather; matmul 6%"},
                 feedback="correct, 1.42x; communication still dominates",
             ),
@@ -81,7 +80,7 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
                 plan=Plan(strategy="overlap_chunks", params={"chunks": 4}, source="llm", base_step=0),
                 status="incorrect",
                 candidate_code=FAILED_CODE,
-                evaluation={"error": {"kind": "incorrect", "message": FAILURE_MESSAGE, "rank": 1, "phase": "correctness"}},
+                evaluation=evaluation("incorrect", error=ErrorInfo(kind="incorrect", message=FAILURE_MESSAGE, rank=1, phase="correctness")),
                 feedback="outputs differ on rank 1: the gathered buffer is never filled",
             ),
         ]
@@ -120,19 +119,10 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
         workload_name="ag_matmul",
         analysis={"summary": "all_gather then matmul (tensor-parallel column GEMM)", "collectives": ["all_gather"]} if history else None,
         baseline=(
-            {
-                "status": "correct",
-                "reference_ms": 0.44,
-                "roofline": {
-                    "profile": "cpu-gloo",
-                    "dominant": "link",
-                    "floor_ms": 0.021,
-                    "compute_ms": 0.004,
-                    "hbm_ms": 0.002,
-                    "link_ms": 0.021,
-                    "reference_fraction": 0.048,
-                },
-            }
+            baseline_record(
+                0.44,
+                roofline=roofline("link", 0.021, profile="cpu-gloo", compute_ms=0.004, hbm_ms=0.002, link_ms=0.021, reference_fraction=0.048),
+            )
             if baseline
             else None
         ),

@@ -1,7 +1,16 @@
-"""Typed records the evaluator returns: one ``EvalResult`` per candidate evaluation.
+"""What an evaluation found: the typed records the evaluator returns, one ``EvalResult`` per
+candidate evaluation and one ``BaselineResult`` per reference timed alone.
 
-Plain dataclasses (no pydantic) so that the evaluator runs on images with torch alone; every
-record round-trips through ``to_dict`` / ``from_dict`` as JSON.
+They live in the core, beside the roofline's record they hold, because every layer reads them:
+the evaluator writes them, a job's ``Step`` and ``Trajectory`` (``agents.records``) keep them,
+the knowledge base, the reports and the service read them. Plain dataclasses importing the
+standard library alone (no pydantic, no torch), so that the evaluator runs on images with torch
+alone and ``agents.records`` stays importable anywhere.
+
+Every record round-trips through ``to_dict`` / ``from_dict`` as JSON. ``from_dict`` reads the
+records older versions wrote: a field a record gained since (``memory``, ``evaluator_version``,
+the interleaved timing's fields) is absent there and reads as its default, which is what it
+meant when it was written; written back, the record has it at that default.
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""A job's records hold the evaluator's typed records (issue 23): a step's evaluation is an
+``EvalResult``, the trajectory's baseline a ``BaselineResult``. They become JSON only where a
+trajectory or a step is saved, in the format stored before they were typed, and every stored
+trajectory loads, those of older versions of the records included."""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+
+from agents.records import Step, Trajectory
+from agents.sinks import FileSink
+from kb.admission import evaluator_version
+from kloom.evaluation import BaselineResult, EvalResult
+
+ROOT = Path(__file__).resolve().parents[2]
+#: A job's trajectory.json as FileSink wrote it before the records were typed (a real CPU job:
+#: the reference's copy, a wrong and a crashing candidate evaluated, a step with no candidate).
+BEFORE = Path(__file__).parent / "fixtures" / "trajectory_saved_before_typed_records.json"
+#: The committed batches' trajectories (results/), written by older versions of the records.
+ARCHIVES = sorted((ROOT / "results").glob("**/trajectories.jsonl.xz"))
+#: Fields the records gained after those were written, with the default they read back as.
+GAINED = {
+    "evaluation": {"memory": None, "evaluator_version": "1"},
+    "timing": {"reference_alone": None, "interleaved": False, "speedup_ci_low": None, "speedup_ci_high": None, "clock_check": None},
+}
+
+
+def test_a_trajectory_saved_before_the_records_were_typed_reads_typed_and_saves_byte_for_byte(tmp_path):
+    text = BEFORE.read_text()
+    (tmp_path / "trajectory.json").write_text(text)
+    sink = FileSink(tmp_path)
+    traj = sink.load()
+    assert isinstance(traj.baseline, BaselineResult) and traj.baseline.roofline is not None and traj.baseline.reference_ms > 0
+    correct, wrong, crashed, unwritten = traj.steps
+    assert all(isinstance(s.evaluation, EvalResult) for s in (correct, wrong, crashed)) and unwritten.evaluation is None
+    timing = correct.evaluation.timing
+    assert correct.speedup == timing.speedup and correct.candidate_ms == timing.candidate_ms
+    assert timing.interleaved and timing.clock_check is not None and correct.evaluation.memory is not None
+    assert correct.evaluation.evaluator_version == evaluator_version(correct.evaluation) == "2"
+    assert wrong.status == "incorrect" and any(not c.ok for t in wrong.evaluation.trials for c in t.ranks)
+    assert crashed.evaluation.error.message.startswith("RuntimeError: the candidate failed on purpose")
+    assert traj.best_step is correct and traj.outcome in ("faster kernel found", "no faster kernel found")
+
+    sink.save(traj, None)
+    assert (tmp_path / "trajectory.json").read_text() == text
+    # A step alone, as the service stores it (one row per step) and its API returns it.
+    for stored, step in zip(json.loads(text)["steps"], traj.steps):
+        assert json.dumps(step.to_dict()) == json.dumps(stored)
+        assert Step.from_dict(stored) == step
+
+
+def _added(saved: dict, stored: dict, where: str) -> dict:
+    """``saved`` less the fields ``stored`` lacked, each checked to be one the record gained since
+    (at its default)."""
+    for key in saved.keys() - stored.keys():
+        assert key in GAINED[where] and saved[key] == GAINED[where][key], (where, key, saved[key])
+    return {k: v for k, v in saved.items() if k in stored}
+
+
+@pytest.mark.parametrize("archive", ARCHIVES, ids=lambda p: p.parent.name)
+def test_every_archived_trajectory_reads_back_all_it_stored(archive):
+    """Old evaluations lack the fields the record gained since: they read as their defaults, and
+    nothing stored is dropped or changed; saved again, the trajectory reads back as it was."""
+    with lzma.open(archive, "rt", encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    assert lines
+    for line in lines:
+        stored = json.loads(line)
+        traj = Trajectory.from_dict(stored)
+        saved = traj.to_dict()
+        assert json.dumps(saved["baseline"]) == json.dumps(stored["baseline"])
+        for old, new, step in zip(stored["steps"], saved["steps"], traj.steps):
+            if old["evaluation"] is None:
+                assert step.evaluation is None and json.dumps(new) == json.dumps(old)
+                continue
+            assert isinstance(step.evaluation, EvalResult)
+            evaluation = _added(new["evaluation"], old["evaluation"], "evaluation")
+            if old["evaluation"]["timing"] is not None:
+                evaluation["timing"] = _added(evaluation["timing"], old["evaluation"]["timing"], "timing")
+            assert json.dumps({**new, "evaluation": evaluation}) == json.dumps(old)
+        assert json.dumps({**saved, "steps": []}) == json.dumps({**stored, "steps": []})
+        assert Trajectory.from_dict(json.loads(json.dumps(saved))).to_dict() == saved
