@@ -2,11 +2,11 @@
 # The judge of version 2 on one GPU: its GPU-marked tests (attacks with the static checker off:
 # forged CUDA events, TF32 on and hidden, the device-memory limit through the allocator's
 # per-process fraction), the evaluator's CUDA tests that fit one GPU, and the per-candidate cost
-# against the landed judge (b773cb4) at world size 1. Writes at most 6 files to $OUT (with the
+# against the landed judge (e6eea0b, version 1) at world size 1. Writes at most 6 files to $OUT (with the
 # prelude's); at most 8 minutes; each step is skipped when its output is already in $OUT (resumable).
 #
 # Before the call, here (the device has no git history): make the landed tree and carry it,
-#   mkdir -p .landed && git archive b773cb4 services kloom tests/evaluator | tar -x -C .landed
+#   mkdir -p .landed && git archive e6eea0b services kloom tests/evaluator | tar -x -C .landed
 #   cp services/worker/evaluator/sandbox_view.py .landed/services/worker/evaluator/
 # (the landed sandbox made /proc read-only, where CUDA does not start: Error 304; the copy compares
 # the two judges' protocols under the same sandbox)
