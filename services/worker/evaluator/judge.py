@@ -161,7 +161,7 @@ class Timing:
         self.s = settings
         self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
         self.check_candidate = check_candidate  # replies -> None, raises Stop
-        # (the candidate's last outputs of a round, per rank; the round) -> None, raises Stop; the
+        # (the candidate's last outputs of a round, per rank; the round; its seed) -> None, raises Stop; the
         # reference ranks hold theirs of the same round's block
         self.judge_outputs = judge_outputs
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
@@ -201,7 +201,7 @@ class Timing:
                 order = [(ref, cand, "reference"), (cand, ref, "candidate")]
                 for side, other, name in order if r % 2 == 0 else order[::-1]:
                     blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=True))
-                self.judge_outputs(blocks["candidate"][-1].outputs, r)
+                self.judge_outputs(blocks["candidate"][-1].outputs, r, seed)
                 blocks["candidate"][-1].outputs = None
         finally:
             ref.resume()

@@ -130,14 +130,14 @@ class Trials:
             record.ok &= check.ok
         return record
 
-    def _judge_timed(self, outputs: dict[int, dict] | None, round_: int) -> None:
+    def _judge_timed(self, outputs: dict[int, dict] | None, round_: int, seed: int) -> None:
         """A timing round's last candidate call, on inputs drawn afresh for it, against the
         reference's call on the same inputs: what the timed calls returned is judged too."""
         if not outputs or sorted(outputs) != list(range(self.world)) or any(
                 not isinstance(rep.get("outputs"), list) or not isinstance(rep.get("spec"), str) for rep in outputs.values()):
             raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
                 f"the candidate's ranks did not hand back the outputs of timing round {round_}'s last call")))
-        record = self._judge(outputs, TrialRecord(trial=round_, seed=0, phase="timed", ok=True))
+        record = self._judge(outputs, TrialRecord(trial=round_, seed=seed, phase="timed", ok=True))
         if not record.ok:
             self.result.trials.append(record)
             self.result.flags.append("a timed call's outputs were wrong where every trial's were right: caches results or "
