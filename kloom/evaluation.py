@@ -140,17 +140,21 @@ class TimingRecord:
 @dataclass
 class ClockCheck:
     """Each side's timed blocks, measured from the judge process too: the wall time of a block
-    minus the time the side's own clock reported is that side's overhead (flush, barrier, the
-    round trip); the candidate's may exceed the reference's by at most ``allowed_ms``."""
+    minus the time the side's own clock reported is that side's overhead (input draws, flush,
+    barrier, the round trip); the candidate's may exceed the reference's in the same round by at
+    most ``allowed_ms`` (``excess_ms``: the upper median over the rounds)."""
 
     blocks: int
     calls_per_block: int
     reference_block_ms: float  # medians over the blocks, judge's wall clock
     candidate_block_ms: float
-    reference_unaccounted_ms: float  # least (wall - reported) over the blocks
+    reference_unaccounted_ms: float  # median (wall - reported) over the blocks
     candidate_unaccounted_ms: float
     allowed_ms: float
     ok: bool
+    #: The candidate's unaccounted time less the reference's, block beside block: the upper
+    #: median over the rounds (records written before this field compared the least of each side).
+    excess_ms: float | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kloom.cli import app
-from services.worker.evaluator import EvalResult
+from services.worker.evaluator import EvalResult, EvalSettings, Evaluator
 
 HERE = Path(__file__).parent
 WORKLOADS, CANDIDATES = HERE / "workloads", HERE / "candidates"
@@ -48,6 +48,7 @@ def test_correct_candidate_is_timed_against_the_reference(evaluator):
 
 
 def test_the_reference_pool_is_reused_and_every_candidate_gets_fresh_ranks(evaluator):
+    assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct  # the workload's reference ranks
     pool = evaluator.pool(2)
     ref_pids = [p.pid for p in pool.reference.procs]
     seen = set()
@@ -59,6 +60,29 @@ def test_the_reference_pool_is_reused_and_every_candidate_gets_fresh_ranks(evalu
         assert cand_pids and cand_pids not in seen
         seen.add(cand_pids)
     assert [p.pid for p in pool.reference.procs] == ref_pids
+
+
+def test_candidate_ranks_are_begun_ahead_and_wait_before_the_device():
+    """Every candidate runs in fresh ranks; those of the next candidates are begun ahead (one
+    more after each candidate, up to the setting), wait unjoined (no process group, no device)
+    and become the next candidate's ranks; closing the evaluator ends them all."""
+    settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2)
+    with Evaluator("cpu", settings) as ev:
+        used: list[tuple[int, ...]] = []
+        for n in range(4):
+            pools = ev.pools.get(1)
+            ahead = [tuple(p.pid for p in s.procs) for s in pools.spares] if pools else []
+            assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1).correct
+            pools = ev.pools[1]
+            if n:
+                assert used[-1] != tuple(p.pid for p in pools.candidate.procs)
+            used.append(tuple(p.pid for p in pools.candidate.procs) if pools.candidate.procs else ())
+            assert len(pools.spares) == min(2, n), n
+            assert all(s.starting and not s.conns and s.alive for s in pools.spares)
+            if ahead:  # the candidate that ran was in the ranks begun first
+                assert ahead[0] not in [tuple(p.pid for p in s.procs) for s in pools.spares]
+        procs = list(pools.procs)
+    assert len(set(used)) == len(used) and all(p.poll() is not None for p in procs)
 
 
 def test_candidate_must_mutate_inputs_like_the_reference(evaluator, tmp_path):

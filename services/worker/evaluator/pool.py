@@ -26,6 +26,8 @@ from .settings import EvalSettings
 
 #: CPU seconds a waiting rank must use to count as making progress (``request(stall_s=...)``).
 STALL_CPU_S = 0.05
+#: How long ``stop`` waits for every thread of a stopped side to show as stopped.
+STOP_WAIT_S = 0.5
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 #: After one rank reports an error, how long the others get to answer before they are taken
@@ -96,7 +98,8 @@ class RankPool:
 
     def begin(self) -> None:
         """Launch the ranks without waiting for them to join (``finish`` waits): they import
-        torch and form their process group meanwhile. From the thread that will use the pool
+        torch meanwhile, and wait for ``finish`` to accept them before they touch the device or
+        form their process group. From the thread that will use the pool
         (each rank's launcher dies with the thread that started it)."""
         self.kill()
         self.starts += 1
@@ -117,8 +120,11 @@ class RankPool:
         listener = self._listener
         if listener is None:
             return
+        # A pool begun ahead (a spare) waited, its ranks blocked before their process group, for
+        # this call: joining still gets a share of the start's time limit.
+        left = self.started_at + self.settings.start_timeout_s - time.monotonic()
         try:
-            self._accept(listener, max(1.0, self.started_at + self.settings.start_timeout_s - time.monotonic()))
+            self._accept(listener, max(1.0, left, min(30.0, self.settings.start_timeout_s)))
         except BaseException:
             self.kill()
             raise
@@ -293,6 +299,9 @@ class RankPool:
             self._stopped_pids = self.processes()
             self._signal(signal.SIGSTOP, self._stopped_pids)
             self.stopped = True
+            # A signal is delivered asynchronously: until every thread shows as stopped, the
+            # process may still run (and its CPU time still grow), so wait for it, briefly.
+            wait_stopped(self._stopped_pids, STOP_WAIT_S)
         return self.stopped_cpu_seconds()
 
     def stopped_cpu_seconds(self) -> float:
@@ -426,6 +435,37 @@ def descendants(pid: int) -> list[int]:
                 found.append(child)
                 todo.append(child)
     return found
+
+
+def wait_stopped(pids: list[int], timeout: float) -> bool:
+    """Whether every thread of ``pids`` (those still alive) reached a stopped state within
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while True:
+        pending = [pid for pid in pending if not _all_threads_stopped(pid)]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.0005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """True when every thread of ``pid`` is stopped (T, t), gone or a zombie."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -277,6 +277,8 @@ def main() -> None:
     address = os.environ.pop("KLOOM_POOL_SOCKET")
     authkey = bytes.fromhex(os.environ.pop("KLOOM_POOL_AUTHKEY"))
     store_path = os.environ.pop("KLOOM_POOL_STORE")
+    # Blocks until the pool accepts (``RankPool.finish``): a rank begun ahead of its use has
+    # imported torch by then and has touched neither the device nor the process group.
     conn = Client(address, family="AF_UNIX", authkey=authkey)
     try:
         if role == "candidate":

@@ -15,6 +15,10 @@ class EvalSettings:
     shapes: str = "ci"
     # Time limits, in seconds, per phase. A rank that does not answer in time is killed.
     start_timeout_s: float = 120.0
+    #: Sets of candidate ranks begun ahead of the candidates that will use them (every candidate
+    #: runs in fresh processes, and starting them is mostly ``import torch``): after the n-th
+    #: candidate, up to min(this, n - 1) wait, stopped on the CPU while a block is timed.
+    spare_candidate_pools: int = 2
     load_timeout_s: float = 300.0
     call_timeout_s: float = 60.0
     timing_timeout_s: float = 300.0
@@ -97,6 +101,7 @@ class EvalSettings:
             base.max_iters = 500
             base.load_timeout_s = 600.0
             base.clock_slack, base.clock_slack_ms = 0.15, 1.0
+            base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5
