@@ -40,6 +40,8 @@ dist.destroy_process_group()
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variants", default="fresh,warm", help="fresh: as the judge runs; warm: candidate ranks kept")
+    ap.add_argument("--evaluations", type=int, default=4)
     args = ap.parse_args()
     out = open(args.out, "a")
 
@@ -64,14 +66,14 @@ def main() -> None:
     judge.Timing._block = logged
     settings = dataclasses.replace(EvalSettings.from_env("cuda"), static_check=False, shapes="ci", timing_budget_s=0.2, trials=3)
     renew = judge.JudgePools.renew_candidate
-    for variant in ("fresh", "warm"):
+    for variant in args.variants.split(","):
         if variant == "warm":
             judge.JudgePools.renew_candidate = lambda self: None
         else:
             judge.JudgePools.renew_candidate = renew
         with Evaluator("cuda", settings, devices=[0]) as ev:
-            for i, (name, kw) in enumerate([("correct", {"candidate": CORRECT}), ("copy", {"candidate_source": COPY}),
-                                            ("correct", {"candidate": CORRECT}), ("copy", {"candidate_source": COPY})]):
+            pair = [("correct", {"candidate": CORRECT}), ("copy", {"candidate_source": COPY})]
+            for i, (name, kw) in enumerate(pair[i % 2] for i in range(args.evaluations)):
                 blocks.clear()
                 t0 = time.perf_counter()
                 res = ev.evaluate(LINEAR, world_size=1, **kw)
