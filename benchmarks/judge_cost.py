@@ -34,7 +34,7 @@ root, device, world, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.arg
 sys.path.insert(0, root)
 from services.worker.evaluator import EvalSettings, Evaluator
 settings = EvalSettings.for_device(device)
-out = {"totals": [], "statuses": [], "speedups": []}
+out = {"totals": [], "statuses": [], "speedups": [], "starts": [], "errors": []}
 with Evaluator(device, settings) as ev:
     t0 = time.monotonic()
     first = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world)
@@ -44,6 +44,9 @@ with Evaluator(device, settings) as ev:
         out["totals"].append(r.phase_seconds["total"])
         out["statuses"].append(r.status)
         out["speedups"].append(r.speedup)
+        out["starts"].append(r.phase_seconds.get("start_candidate", 0.0))
+        if r.status != "correct":
+            out["errors"].append(r.status + ": " + (r.error.message if r.error else r.summary())[:400])
 print("RESULT" + json.dumps(out))
 '''
 
@@ -87,6 +90,8 @@ def main() -> None:
         samples: dict[tuple[str, int], list[float]] = {}
         firsts: dict[tuple[str, int], list[float]] = {}
         statuses: dict[tuple[str, int], set] = {}
+        starts: dict[tuple[str, int], list[float]] = {}
+        errors: list[str] = []
         for world in args.world_sizes:
             for r in range(args.rounds):
                 order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
@@ -95,22 +100,31 @@ def main() -> None:
                     samples.setdefault((name, world), []).extend(got["totals"])
                     firsts.setdefault((name, world), []).append(got["first_s"])
                     statuses.setdefault((name, world), set()).update(got["statuses"])
+                    starts.setdefault((name, world), []).extend(got.get("starts", []))
+                    errors.extend(f"{name}, world size {world}: {e}" for e in got.get("errors", []))
     print(f"Judge cost per candidate on {args.device} ({args.candidates} warm candidates x {args.rounds} rounds per variant, "
           f"{WORKLOAD} with {CANDIDATE}, EvalSettings.for_device defaults)\n")
-    print("| world size | variant | median s/candidate | p10-p90 s | first evaluation s (pool start) | statuses |")
-    print("|---|---|---|---|---|---|")
+    print("| world size | variant | median s/candidate | p10-p90 s | of which waiting for the candidate's ranks (median s) "
+          "| first evaluation s (pool start) | statuses |")
+    print("|---|---|---|---|---|---|---|")
     ratios = {}
     for world in args.world_sizes:
         for name in variants:
             xs = sorted(samples[(name, world)])
             p10, p90 = xs[int(0.1 * (len(xs) - 1))], xs[int(0.9 * (len(xs) - 1))]
+            waited = starts.get((name, world)) or []
             print(f"| {world} | {name} | {statistics.median(xs):.3f} | {p10:.3f}-{p90:.3f} | "
+                  f"{statistics.median(waited) if waited else float('nan'):.3f} | "
                   f"{statistics.median(firsts[(name, world)]):.2f} | {', '.join(sorted(statuses[(name, world)]))} |")
         old, new = (statistics.median(samples[(n, world)]) for n in variants)
         ratios[world] = new / old
     print()
     for world, ratio in ratios.items():
         print(f"world size {world}: judge v2 / landed = {ratio:.2f}x (goal <= 1.3x)")
+    if errors:
+        print("\nCandidates not judged correct (an honest candidate should be):")
+        for e in errors:
+            print(f"- {e}")
 
 
 if __name__ == "__main__":

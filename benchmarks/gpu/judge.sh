@@ -24,8 +24,8 @@ if [ ! -s "$OUT/judge_cost_cuda.md" ]; then
   landed=""
   [ -d .landed/services ] && landed="--landed .landed"
   if [ -n "$landed" ] || [ -d .git ]; then
-    { echo '```'; echo "\$ python3 benchmarks/judge_cost.py --device cuda --world-sizes 1 --candidates 5 --rounds 2 $landed"; echo '```'; echo
-      timeout 200 python3 benchmarks/judge_cost.py --device cuda --world-sizes 1 --candidates 5 --rounds 2 $landed; } > "$OUT/judge_cost_cuda.md" 2>&1
+    { echo '```'; echo "\$ python3 benchmarks/judge_cost.py --device cuda --world-sizes 1 --candidates 8 --rounds 2 $landed"; echo '```'; echo
+      timeout 200 python3 benchmarks/judge_cost.py --device cuda --world-sizes 1 --candidates 8 --rounds 2 $landed; } > "$OUT/judge_cost_cuda.md" 2>&1
     echo "judge cost exit $?"
   else
     echo "no landed tree (.landed) and no git history: the cost comparison needs one" > "$OUT/judge_cost_cuda.md"

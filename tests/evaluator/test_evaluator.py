@@ -65,7 +65,8 @@ def test_the_reference_pool_is_reused_and_every_candidate_gets_fresh_ranks(evalu
 def test_candidate_ranks_are_begun_ahead_and_wait_before_the_device():
     """Every candidate runs in fresh ranks; those of the next candidates are begun ahead (one
     more after each candidate, up to the setting), wait unjoined (no process group, no device)
-    and become the next candidate's ranks; closing the evaluator ends them all."""
+    until the candidate before theirs has joined, and become the next candidate's ranks; closing
+    the evaluator ends them all."""
     settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2)
     with Evaluator("cpu", settings) as ev:
         used: list[tuple[int, ...]] = []
@@ -78,7 +79,9 @@ def test_candidate_ranks_are_begun_ahead_and_wait_before_the_device():
                 assert used[-1] != tuple(p.pid for p in pools.candidate.procs)
             used.append(tuple(p.pid for p in pools.candidate.procs) if pools.candidate.procs else ())
             assert len(pools.spares) == min(2, n), n
-            assert all(s.starting and not s.conns and s.alive for s in pools.spares)
+            assert all(s.starting and not s.conns and s.alive and not s.admitted for s in pools.spares)
+            # The next candidate's were begun ahead and admitted to join while this one ran.
+            assert pools.candidate.admitted == (n >= 2), n
             if ahead:  # the candidate that ran was in the ranks begun first
                 assert ahead[0] not in [tuple(p.pid for p in s.procs) for s in pools.spares]
         procs = list(pools.procs)

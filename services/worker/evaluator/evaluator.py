@@ -142,15 +142,17 @@ class Evaluator:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
             result.workload_sha256 = info.sha256
-            ref = self._start_pools(world_size, candidate=False, workload_sha=info.sha256).reference
+            pools = self._start_pools(world_size, candidate=False, workload_sha=info.sha256)
+            ref = pools.reference
             result.environment = dict(ref.environment)
             seed = self._base_seed()
             load = ref.request("load", self._load_args(info, seed), timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
             self._raise_errors(load, "prepare", "workload_error")
             first = ref.request("run_trial", {"seed": seed + 1, "want_roofline": True}, timeout=self._prepare_timeout(), stall_s=self.settings.stall_s)
             self._raise_errors(first, "prepare", "workload_error")
-            timed = ref.request("time_alone", {"timing": self._timing_args(), "seed": seed + 2, "restore": self._restore([first])},
-                                timeout=self._limit(self.settings.timing_timeout_s))
+            with pools.reference_alone():
+                timed = ref.request("time_alone", {"timing": self._timing_args(), "seed": seed + 2, "restore": self._restore([first])},
+                                    timeout=self._limit(self.settings.timing_timeout_s))
             self._raise_errors(timed, "prepare", "workload_error")
             result.times = stats({r: rep["times"] for r, rep in timed.by_rank.items()}, world_size)
             result.reference_ms = max(t.median_ms for t in result.times)

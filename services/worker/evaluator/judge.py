@@ -19,6 +19,7 @@ import secrets
 import statistics
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
@@ -105,7 +106,12 @@ class JudgePools:
             self.candidate.begin()
 
     def ready_candidate(self) -> None:
+        """The candidate's ranks joined; the next candidate's, if begun ahead, are admitted (they
+        initialise the device and form their process group meanwhile, stopped while a block is
+        timed)."""
         _ready(self.candidate)
+        if self.spares:
+            self.spares[0].admit()
 
     def renew_candidate(self) -> None:
         """Replace the candidate's ranks after a candidate ran in them, whatever its verdict: a
@@ -139,14 +145,28 @@ class JudgePools:
             pool.kill()  # the next start tries again, and says why if it fails
             return False
 
-    def stop_spares(self) -> None:
-        """Stop the spares' processes (their start resumes with ``resume_spares``)."""
+    def stop_spares(self, admitted_only: bool) -> None:
+        """Stop the spares' processes (their start resumes with ``resume_spares``): all of them,
+        or those admitted (which may touch the device)."""
         for spare in self.spares:
-            spare.stop()
+            if not admitted_only or spare.admitted:
+                spare.stop()
 
     def resume_spares(self) -> None:
         for spare in self.spares:
             spare.resume()
+
+    @contextmanager
+    def reference_alone(self):
+        """Everything but the reference's ranks stopped (the candidate's, starting or not, and
+        the spares), for timing the reference alone."""
+        try:
+            self.candidate.stop()
+            self.stop_spares(admitted_only=False)
+            yield
+        finally:
+            self.candidate.resume()
+            self.resume_spares()
 
     def kill(self) -> None:
         for pool in self.pools:
@@ -225,12 +245,11 @@ class Timing:
         def bound(calls: int) -> float:
             return s.hang_factor * calls * (ref_call_s + draw_s)
 
-        # On the CPU, spares starting beside a timed block would take its cores; on a GPU they
-        # only import (no device work before they join) and keep starting.
-        stop_spares = self.pools.reference.device == "cpu"
+        # Spares admitted to join would do device work beside a timed block: they stop. So do
+        # all of them on the CPU, where importing torch would take the timed side's cores; on a
+        # GPU machine the others only import, on cores of their own.
         try:
-            if stop_spares:
-                self.pools.stop_spares()
+            self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
             warm = max(1, s.warmup_iters)
             warm_seed = secrets.randbits(30)
             ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
@@ -255,8 +274,7 @@ class Timing:
         finally:
             ref.resume()
             cand.resume()
-            if stop_spares:
-                self.pools.resume_spares()
+            self.pools.resume_spares()
         for role, ran in self.stopped_cpu.items():
             if ran > STOPPED_CPU_S + STOPPED_CPU_SHARE * self.stopped_wall[role]:
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(

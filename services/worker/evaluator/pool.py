@@ -81,11 +81,18 @@ class RankPool:
         self.stopped = False
         self._stopped_pids: list[int] = []
         self._listener: Listener | None = None  # while a start is under way
+        self._admitting: threading.Thread | None = None  # accepting the begun ranks (``admit``)
+        self._accepted: list[Connection] = []
 
     # Life cycle -------------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
+
+    @property
+    def admitted(self) -> bool:
+        """Whether a begun start's ranks may go on to join (``admit``)."""
+        return self._admitting is not None
 
     @property
     def starting(self) -> bool:
@@ -109,6 +116,7 @@ class RankPool:
         address = os.path.join(self.workdir, "pool.sock")
         authkey = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._admitting, self._accepted = None, []
         try:
             self._spawn(address, authkey)
         except BaseException:
@@ -129,7 +137,7 @@ class RankPool:
             self.kill()
             raise
         listener.close()
-        self._listener = None
+        self._listener, self._admitting, self._accepted = None, None, []
 
     def _spawn(self, address: str, authkey: bytes) -> None:
         """Start every rank through the sandbox's launcher (``sandbox.py``), one at a time: rank 0
@@ -182,8 +190,13 @@ class RankPool:
             except sandbox.SandboxError as exc:
                 raise PoolFailure("start", str(exc), rank, self._log_tail(rank)) from exc
 
-    def _accept(self, listener: Listener, timeout: float) -> None:
-        accepted: list[Connection] = []
+    def admit(self) -> None:
+        """Let a begun pool's ranks go on as soon as they connect, to initialise the device and
+        form their process group, without waiting for them (``finish`` does): accepted in a
+        thread of this process."""
+        if self._listener is None or self._admitting is not None:
+            return
+        listener, accepted = self._listener, self._accepted
 
         def accept_all() -> None:
             for _ in range(self.world_size):
@@ -194,8 +207,13 @@ class RankPool:
                 except Exception:  # a client that failed authentication
                     return
 
-        thread = threading.Thread(target=accept_all, daemon=True)
-        thread.start()
+        self._admitting = threading.Thread(target=accept_all, name=f"kloom-admit-{self.role}", daemon=True)
+        self._admitting.start()
+
+    def _accept(self, listener: Listener, timeout: float) -> None:
+        self.admit()
+        thread, accepted = self._admitting, self._accepted
+        assert thread is not None
         deadline = time.monotonic() + timeout
         while thread.is_alive() and time.monotonic() < deadline:
             self._raise_if_dead(set(range(self.world_size)), "start")
@@ -246,6 +264,9 @@ class RankPool:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        for conn in self._accepted:
+            conn.close()
+        self._admitting, self._accepted = None, []
         if self.isolation is not None:
             # The pool's cgroup holds what left the process groups too.
             self.isolation.release()
