@@ -324,18 +324,20 @@ class Timing:
         reference's block of the same round, run right beside it. The candidate's excess over the
         reference, taken at the upper median of the rounds (a candidate that forges half of its
         blocks or more is measured on a forged one), may be at most ``clock_slack`` of its median
-        block time plus ``clock_slack_ms``."""
+        block time, plus ``clock_overhead_slack`` of the reference's unaccounted time, plus
+        ``clock_slack_ms``."""
         ref, cand = blocks["reference"], blocks["candidate"]
         ref_over = [b.wall_ms - b.reported_ms for b in ref]
         cand_over = [b.wall_ms - b.reported_ms for b in cand]
         excess = sorted(c - r for c, r in zip(cand_over, ref_over))
         median_excess = excess[len(excess) // 2]
         cand_wall = statistics.median(b.wall_ms for b in cand)
-        allowed = self.s.clock_slack * cand_wall + self.s.clock_slack_ms
+        ref_overhead = statistics.median(ref_over)
+        allowed = self.s.clock_slack * cand_wall + self.s.clock_overhead_slack * max(0.0, ref_overhead) + self.s.clock_slack_ms
         return ClockCheck(
             blocks=len(cand), calls_per_block=per_block,
             reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=cand_wall,
-            reference_unaccounted_ms=statistics.median(ref_over), candidate_unaccounted_ms=statistics.median(cand_over),
+            reference_unaccounted_ms=ref_overhead, candidate_unaccounted_ms=statistics.median(cand_over),
             allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess,
         )
 
