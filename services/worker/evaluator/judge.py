@@ -48,14 +48,14 @@ class JudgePools:
 
     def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None):
         self.world_size = world_size
-        self.reference = RankPool(world_size, device, settings, devices, role="reference")
-        self.candidate = RankPool(world_size, device, settings, devices, role="candidate")
+        self._args = (world_size, device, settings, devices)
+        self.reference = RankPool(*self._args, role="reference")
+        self.candidate = self._new_candidate()
         self.workload_sha = ""  # the workload whose code the reference's ranks have run
         # Candidate ranks begun ahead, for the candidates after this one: each is a fresh set of
         # processes importing torch, then waiting (before CUDA, the process group or anything
         # else) until its pool accepts them, when it becomes ``candidate`` (``renew_candidate``).
         self.spares: deque[RankPool] = deque()
-        self._args = (world_size, device, settings, devices)
         self.renewals = 0  # candidates judged in these pools so far: spares grow with them
 
     @property
@@ -127,14 +127,17 @@ class JudgePools:
         if self.spares:
             self.candidate = self.spares.popleft()
         else:
-            self.candidate = RankPool(*self._args[:3], self._args[3], role="candidate")
+            self.candidate = self._new_candidate()
             self._begin(self.candidate)
-        depth = min(self._args[2].spare_candidate_pools, self.renewals - 1)
+        depth = min(self.reference.settings.spare_candidate_pools, self.renewals - 1)
         while len(self.spares) < depth:
-            spare = RankPool(*self._args[:3], self._args[3], role="candidate")
+            spare = self._new_candidate()
             if not self._begin(spare):
                 break
             self.spares.append(spare)
+
+    def _new_candidate(self) -> RankPool:
+        return RankPool(*self._args, role="candidate")
 
     @staticmethod
     def _begin(pool: RankPool) -> bool:

@@ -116,7 +116,6 @@ class RankPool:
         address = os.path.join(self.workdir, "pool.sock")
         authkey = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
-        self._admitting, self._accepted = None, []
         try:
             self._spawn(address, authkey)
         except BaseException:
@@ -479,21 +478,25 @@ def _all_threads_stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("T", "t", "Z", "X"):
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if fields and fields[0] not in ("T", "t", "Z", "X"):
             return False
     return True
 
 
 def process_cpu_seconds(pid: int) -> float:
     """User and system CPU time of ``pid`` (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if len(fields) < 13:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command name (state first), or [] when
+    the process or thread is gone."""
+    try:
+        with open(path) as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
