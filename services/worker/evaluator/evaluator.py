@@ -33,6 +33,7 @@ from kloom.workload import WorkloadError, inspect_candidate, inspect_workload, r
 from . import precision
 from .judge import JudgePools, Stop, replies_value, stats
 from .pool import PoolFailure, Replies
+from .protocol import materialize
 from .settings import EvalSettings
 from .static_check import check_candidate
 
@@ -213,7 +214,7 @@ class Evaluator:
             ref.kill()
             detail = exc.error.message if isinstance(exc, Stop) and exc.error else str(exc)
             raise RuntimeError(f"{workload}: the reference failed at world size {world_size}: {detail}") from None
-        return [replies.by_rank[r] for r in range(world_size)]
+        return [materialize(replies.by_rank[r]) for r in range(world_size)]
 
     # Steps -------------------------------------------------------------------------------------
     def _static(self, workload, candidate, candidate_source, world_size, result):

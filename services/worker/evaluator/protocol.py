@@ -1,43 +1,219 @@
 """Messages between the pool and its ranks.
 
-Commands and replies both travel through ``torch.save`` and are read with
-``torch.load(weights_only=True)``, whose restricted unpickler accepts tensors and plain data only:
-a rank runs untrusted code, and an ordinary pickle from it could run code in the judge's process.
+A message is plain data read with ``torch.load(weights_only=True)``, whose restricted unpickler
+accepts tensors and plain data only: a rank runs untrusted code, and an ordinary pickle from it
+could run code in the judge's process.
+
+Tensors of ``SHARE_MIN_BYTES`` or more do not travel inside the message: the sender writes them
+into one sealed memory file (``shared.py``) whose descriptor follows the message over the Unix
+socket, and the message holds a mark (offset, size, dtype, shape) in each one's place. The judge's
+process passes such a file on from one pool to the other without reading it (``BlobRef``): a
+trial's GiB inputs and outputs are copied once into the file and mapped by the rank that uses
+them, not pickled, piped and unpickled twice through the judge.
 """
 
 from __future__ import annotations
 
 import io
+import select
+import socket
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
 
+from . import shared
+from .shared import Blob, BlobRef
+
+#: Tensors this large go in a shared file; smaller ones inside the message.
+SHARE_MIN_BYTES = 1 << 16
+#: How long a receiver waits for the descriptors a message announced.
+FDS_TIMEOUT_S = 30.0
+_MARK = "__kloom_shared__"
+
+
+class _Outgoing:
+    """What one message sends besides its bytes: a file of its own tensors (made on the first
+    one) and the files of the references it passes on."""
+
+    def __init__(self):
+        self.writer: shared.Writer | None = None
+        self.own_marks: list[dict] = []  # their slot is the own file's, known once all refs are in
+        self.fds: list[int] = []
+        self.index: dict[int, int] = {}  # id(Blob) -> position in fds
+
+    def tensor(self, t: torch.Tensor) -> dict:
+        if self.writer is None:
+            self.writer = shared.Writer()
+        mark = {_MARK: -1, "offset": self.writer.add(t), "nbytes": t.numel() * t.element_size(),
+                "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        self.own_marks.append(mark)
+        return mark
+
+    def ref(self, ref: BlobRef) -> dict:
+        key = id(ref.blob)
+        if key not in self.index:
+            self.index[key] = len(self.fds)
+            self.fds.append(ref.blob.fd)
+        return {_MARK: self.index[key], "offset": ref.offset, "nbytes": ref.nbytes, "dtype": ref.dtype, "shape": list(ref.shape)}
+
+    def encode(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.numel() * value.element_size() >= SHARE_MIN_BYTES:
+            return self.tensor(value)
+        if isinstance(value, BlobRef):
+            return self.ref(value)
+        if isinstance(value, dict):
+            return {k: self.encode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.encode(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.encode(v) for v in value)
+        return value
+
+    def finish(self) -> tuple[list[int], Blob | None]:
+        """The descriptors to send (this message's own file last), and that file (closed by
+        the caller once sent)."""
+        if self.writer is None:
+            return self.fds, None
+        for mark in self.own_marks:
+            mark[_MARK] = len(self.fds)
+        own = self.writer.seal()
+        return self.fds + [own.fd], own
+
+
+def _send(conn: Connection, message: dict[str, Any]) -> None:
+    out = _Outgoing()
+    body = out.encode(message)
+    fds, own = out.finish()
+    try:
+        buffer = io.BytesIO()
+        torch.save({"body": body, "fds": len(fds)}, buffer)
+        conn.send_bytes(buffer.getbuffer())
+        if fds:
+            with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                socket.send_fds(sock, [b"F"], fds)
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _recv(conn: Connection) -> tuple[Any, list[Blob]]:
+    data = conn.recv_bytes()
+    try:
+        envelope = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is the sender's fault
+        raise ValueError(f"unreadable message: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("fds"), int) or "body" not in envelope:
+        raise ValueError(f"a message of {type(envelope).__name__} without its envelope")
+    count = envelope["fds"]
+    if not 0 <= count <= shared.MAX_FILES:
+        raise ValueError(f"a message announced {count} shared files (at most {shared.MAX_FILES})")
+    return envelope["body"], _recv_fds(conn, count) if count else []
+
+
+def _recv_fds(conn: Connection, count: int) -> list[Blob]:
+    ready, _, _ = select.select([conn.fileno()], [], [], FDS_TIMEOUT_S)
+    if not ready:
+        raise ValueError(f"the {count} shared file(s) a message announced did not come within {FDS_TIMEOUT_S:.0f} s")
+    with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        msg, fds, flags, _ = socket.recv_fds(sock, 1, count, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+    blobs = []
+    try:
+        for fd in fds:
+            blobs.append(Blob.adopt(fd))  # takes the descriptor, or closes it and raises
+    except ValueError:
+        for blob in blobs:
+            blob.close()
+        for fd in fds[len(blobs) + 1:]:
+            shared.close_quietly(fd)
+        raise
+    if msg != b"F" or len(blobs) != count or flags & socket.MSG_CTRUNC:
+        for blob in blobs:
+            blob.close()
+        raise ValueError(f"a message announced {count} shared file(s) and {len(fds)} came")
+    return blobs
+
+
+def _decode(value: Any, blobs: list[Blob], lazy: bool) -> Any:
+    if isinstance(value, dict):
+        if _MARK in value:
+            ref = _ref(value, blobs)
+            return ref if lazy else ref.tensor()
+        return {k: _decode(v, blobs, lazy) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v, blobs, lazy) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_decode(v, blobs, lazy) for v in value)
+    return value
+
+
+def _ref(mark: dict, blobs: list[Blob]) -> BlobRef:
+    slot = mark.get(_MARK)
+    if not isinstance(slot, int) or not 0 <= slot < len(blobs):
+        raise ValueError(f"a shared tensor names file {slot!r} of {len(blobs)}")
+    return BlobRef.checked(blobs[slot], mark.get("offset"), mark.get("nbytes"), mark.get("dtype"), mark.get("shape"))
+
+
+def _received(conn: Connection, lazy: bool) -> Any:
+    body, blobs = _recv(conn)
+    try:
+        return _decode(body, blobs, lazy)
+    except BaseException:
+        lazy = False
+        raise
+    finally:
+        if not lazy:  # the tensors map what they need (or nothing was made): the descriptors go
+            for blob in blobs:
+                blob.close()
+
 
 def send_command(conn: Connection, message: dict[str, Any]) -> None:
-    # Through torch.save too: commands carry tensors (a trial's inputs, the candidate's outputs),
-    # of every dtype (an ordinary pickle of a float8 tensor does not load again).
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    conn.send_bytes(buffer.getbuffer())
+    """From the pool: a command (tensors, or references passed on from the other pool)."""
+    _send(conn, message)
 
 
 def recv_command(conn: Connection) -> dict[str, Any]:
-    return torch.load(io.BytesIO(conn.recv_bytes()), weights_only=True, map_location="cpu")
+    """In a rank: the command, every shared tensor mapped (copy on write) from its file."""
+    message = _received(conn, lazy=False)
+    if not isinstance(message, dict):
+        raise ValueError(f"a command of {type(message).__name__}")
+    return message
 
 
 def send_reply(conn: Connection, message: dict[str, Any]) -> None:
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    conn.send_bytes(buffer.getbuffer())
+    _send(conn, message)
 
 
 def recv_reply(conn: Connection) -> dict[str, Any]:
-    data = conn.recv_bytes()
-    try:
-        reply = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - anything unreadable is the rank's fault
-        raise ValueError(f"unreadable reply from a rank: {type(exc).__name__}: {exc}") from exc
+    """In the pool: the reply, shared tensors left in their files (``BlobRef``) to pass on;
+    ``materialize`` reads them where their values are wanted here."""
+    reply = _received(conn, lazy=True)
     if not isinstance(reply, dict):
+        for ref in _refs(reply):
+            ref.blob.close()
         raise ValueError(f"a rank replied with {type(reply).__name__}, not a message")
     return reply
+
+
+def _refs(value: Any):
+    if isinstance(value, BlobRef):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _refs(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+
+
+def materialize(value: Any) -> Any:
+    """``value`` with every ``BlobRef`` read into a tensor of its own."""
+    if isinstance(value, BlobRef):
+        return value.tensor()
+    if isinstance(value, dict):
+        return {k: materialize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [materialize(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(materialize(v) for v in value)
+    return value

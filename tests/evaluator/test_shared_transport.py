@@ -1,0 +1,189 @@
+"""Large tensors between the pools travel in sealed memory files (protocol.py, shared.py): what
+arrives is what was sent, the judge passes files on without reading them, and a sender that
+breaks the rules (an unsealed file, a pipe, a reference past the file's end, descriptors promised
+and not sent) gets an error, never a reader that hangs or dies."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import socket
+from multiprocessing import Pipe
+
+import pytest
+import torch
+
+from services.worker.evaluator import protocol, shared
+from services.worker.evaluator.shared import BlobRef
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _send_raw(conn, body, fds: list[int], announced: int | None = None) -> None:
+    """A sender that writes the envelope itself (what a hostile rank can do)."""
+    buffer = io.BytesIO()
+    torch.save({"body": body, "fds": len(fds) if announced is None else announced}, buffer)
+    conn.send_bytes(buffer.getbuffer())
+    if fds:
+        with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            socket.send_fds(sock, [b"F"], fds)
+
+
+def _mark(slot=0, offset=0, nbytes=1 << 16, dtype="uint8", shape=None):
+    return {protocol._MARK: slot, "offset": offset, "nbytes": nbytes, "dtype": dtype, "shape": shape or [nbytes]}
+
+
+BIG = 1 << 17  # elements: every tensor below is past SHARE_MIN_BYTES
+
+
+def _message() -> dict:
+    g = torch.Generator().manual_seed(3)
+    return {
+        "inputs": [torch.randn(BIG, generator=g), torch.randn(512, 512, generator=g).t(), torch.randint(-9, 9, (BIG,), generator=g)],
+        "half": (torch.randn(BIG, generator=g).bfloat16(), torch.randn(BIG, generator=g).half()),
+        "fp8": torch.randn(BIG, generator=g).to(torch.float8_e4m3fn),
+        "complex": torch.randn(BIG, dtype=torch.complex64, generator=g),
+        "mask": torch.rand(BIG, generator=g) > 0.5,
+        "small": torch.arange(4.0),
+        "plain": {"seed": 7, "spec": "TreeSpec", "none": None, "pair": (1, 2.5)},
+    }
+
+
+def _same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+    elif isinstance(a, dict):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def test_a_message_passed_through_the_judge_arrives_bit_for_bit_and_the_judge_reads_no_tensor():
+    rank_a, judge_a = Pipe()
+    judge_b, rank_b = Pipe()
+    sent = _message()
+    protocol.send_reply(rank_a, sent)
+    held = protocol.recv_reply(judge_a)
+    # In the judge: large tensors are references into the sender's file, small ones inline.
+    assert isinstance(held["inputs"][0], BlobRef) and isinstance(held["fp8"], BlobRef)
+    assert isinstance(held["small"], torch.Tensor)
+    protocol.send_command(judge_b, {"op": "trial", "args": held})
+    got = protocol.recv_command(rank_b)["args"]
+    _same(sent, got)
+    _same(sent, protocol.materialize(held))
+
+
+def test_a_receiver_may_change_what_it_got_without_changing_the_file():
+    a, b = Pipe()
+    protocol.send_reply(a, {"x": torch.zeros(BIG)})
+    held = protocol.recv_reply(b)
+    first = held["x"].tensor()
+    first.add_(1.0)  # a workload that mutates its inputs in place
+    assert float(first.sum()) == BIG
+    assert float(held["x"].tensor().sum()) == 0.0
+
+
+def test_the_senders_file_is_sealed_before_it_leaves():
+    writer = shared.Writer()
+    writer.add(torch.ones(BIG))
+    blob = writer.seal()
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(blob.fd, 0)  # a reader past the new end would die of SIGBUS
+        with pytest.raises(PermissionError):
+            os.pwrite(blob.fd, b"\0" * 8, 0)
+        seals = fcntl.fcntl(blob.fd, fcntl.F_GET_SEALS)
+        assert seals & fcntl.F_SEAL_SEAL
+    finally:
+        blob.close()
+
+
+def test_descriptors_do_not_leak():
+    a, b = Pipe()
+    before = _open_fds()
+    for _ in range(20):
+        protocol.send_reply(a, {"x": torch.ones(BIG)})
+        held = protocol.recv_reply(b)
+        protocol.send_command(b, held)
+        got = protocol.recv_command(a)
+        del held, got
+    import gc
+
+    gc.collect()
+    assert _open_fds() <= before
+
+
+def _hostile(body, fds, announced=None) -> str:
+    a, b = Pipe()
+    _send_raw(a, body, fds, announced)
+    for fd in fds:
+        os.close(fd)
+    before = _open_fds()
+    with pytest.raises(ValueError) as caught:
+        protocol.recv_reply(b)
+    assert _open_fds() <= before
+    return str(caught.value)
+
+
+def _unsealed(size: int = 1 << 16) -> int:
+    fd = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    return fd
+
+
+def test_an_unsealed_file_is_refused():
+    assert "not sealed" in _hostile({"x": _mark()}, [_unsealed()])
+
+
+def test_a_file_that_is_not_a_memory_file_is_refused(tmp_path):
+    path = tmp_path / "plain"
+    path.write_bytes(b"\0" * (1 << 16))
+    assert "cannot be sealed" in _hostile({"x": _mark()}, [os.open(path, os.O_RDONLY)])
+
+
+def test_a_pipe_is_refused():
+    read, write = os.pipe()
+    os.close(write)
+    assert "not a regular file" in _hostile({"x": _mark()}, [read])
+
+
+def _sealed(size: int = 1 << 16) -> int:
+    fd = _unsealed(size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    return fd
+
+
+@pytest.mark.parametrize("mark, words", [
+    (_mark(offset=64), "does not fit"),  # past the file's end
+    (_mark(nbytes=1 << 15, shape=[1 << 16]), "does not fit"),  # size and shape disagree
+    (_mark(dtype="float32", nbytes=(1 << 16) - 2, shape=[(1 << 16) - 2]), "does not fit"),
+    (_mark(offset=8, nbytes=64, shape=[64]), "does not fit"),  # unaligned
+    (_mark(dtype="os.system"), "unknown dtype"),
+    (_mark(shape=[-1]), "non-negative"),
+    (_mark(slot=3), "names file 3"),
+])
+def test_a_reference_that_does_not_fit_its_file_is_refused(mark, words):
+    assert words in _hostile({"x": mark}, [_sealed()])
+
+
+def test_descriptors_announced_and_not_sent_end_in_an_error_not_a_hang(monkeypatch):
+    monkeypatch.setattr(protocol, "FDS_TIMEOUT_S", 0.5)
+    assert "did not come" in _hostile({"x": _mark()}, [], announced=1)
+
+
+def test_fewer_descriptors_than_announced_are_refused():
+    assert "announced 2" in _hostile({"x": _mark()}, [_sealed()], announced=2)
+
+
+def test_too_many_descriptors_announced_are_refused():
+    assert "at most" in _hostile({}, [], announced=shared.MAX_FILES + 1)
