@@ -140,3 +140,14 @@ def test_declared_precision_is_read_without_running_the_workload(tmp_path):
     with Evaluator("cpu", _settings()) as ev:
         assert ev.evaluate(tf32, ADVERSARIAL / "switches_on_tf32.py", world_size=1).correct
         assert ev.evaluate(computed, CANDIDATES / "correct.py", world_size=1).status == "workload_error"
+
+
+def test_outputs_in_an_unsealed_file_are_refused_and_the_reference_lives_on(evaluator):
+    """Large outputs travel in a memory file the reference's rank maps; one its sender could still
+    cut short would kill that rank (SIGBUS) and be blamed on the reference."""
+    result = evaluator.evaluate(BIG, ADVERSARIAL / "unseals_shared_outputs.py", world_size=1)
+    assert not result.correct
+    assert result.status in ("crashed", "runtime_error", "rejected"), result.summary()
+    assert "not sealed" in (result.error.message if result.error else ""), result.summary()
+    after = evaluator.evaluate(BIG, candidate_source=HONEST_BIG, world_size=1)
+    assert after.correct, after.summary()
