@@ -132,7 +132,9 @@ class CandidateRank(RankBase):
         aliases = [(o, i) for o, leaf in enumerate(leaves) for i, inp in enumerate(inputs)
                    if isinstance(leaf, torch.Tensor) and isinstance(inp, torch.Tensor) and _shares_storage(leaf, inp)]
         reply = {
-            "spec": spec, "outputs": T.detach_cpu(at_return), "mutated": {i: T.detach_cpu([inputs[i]])[0] for i in mutated},
+            # Device tensors as they are: the reply copies large ones once, into a shared file.
+            "spec": spec, "outputs": [x.detach() if isinstance(x, torch.Tensor) else x for x in at_return],
+            "mutated": {i: inputs[i].detach() for i in mutated if isinstance(inputs[i], torch.Tensor)},
             "late_writes": late, "unexpected_mutation": unexpected, "aliases": aliases,
         }
         del out, leaves, at_return, inputs
