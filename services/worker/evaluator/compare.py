@@ -69,41 +69,92 @@ def compare_leaf(got: Any, want: Any, tol: dict[torch.dtype, tuple[float, float]
     if numel == 0:
         return True, {"numel": 0}
     if not (want.is_floating_point() or want.is_complex()):
-        bad = got != want
-        mismatched = int(bad.sum())
-        details = {"numel": numel, "mismatched": mismatched}
-        if mismatched:
-            diff = (got.to(torch.int64) - want.to(torch.int64)).abs() if want.dtype != torch.bool else bad.to(torch.int64)
-            details["max_abs_diff"] = float(diff.max())
-            details["message"] = f"{label}: {mismatched} of {numel} elements differ (exact match required for {want.dtype})"
-        return mismatched == 0, details
+        return _compare_exact(got, want, label)
     atol, rtol = tol.get(want.dtype, (1e-5, 1.3e-6))
     # float32 holds every bf16/fp16 value exactly; float64 only where the data is float64.
     if want.is_complex():
         wide = torch.complex128 if want.dtype == torch.complex128 else torch.complex64
     else:
         wide = torch.float64 if want.dtype == torch.float64 else torch.float32
-    g, w = got.to(wide), want.to(wide)
-    diff = (g - w).abs()
-    allowed = atol + rtol * w.abs()
-    finite = torch.isfinite(g) if not g.is_complex() else torch.isfinite(g.real) & torch.isfinite(g.imag)
-    bad = ~(diff <= allowed) | ~finite
-    mismatched = int(bad.sum())
-    safe_diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
-    max_abs = float(safe_diff.max())
-    rel = safe_diff / w.abs().clamp_min(1e-12)
-    max_rel = float(rel.max())
-    details = {"numel": numel, "mismatched": mismatched, "max_abs_diff": max_abs, "max_rel_diff": max_rel}
-    if mismatched:
-        nonfinite = int((~finite).sum())
-        first = tuple(int(i) for i in torch.nonzero(bad)[0].tolist()) if bad.dim() else ()
-        what = f"{nonfinite} NaN/Inf, " if nonfinite else ""
+    seen = _Mismatches()
+    max_abs = max_rel = 0.0
+    for start, g, w in chunks(got, want, wide):
+        diff = (g - w).abs()
+        finite = torch.isfinite(g) if not g.is_complex() else torch.isfinite(g.real) & torch.isfinite(g.imag)
+        bad = ~(diff <= atol + rtol * w.abs()) | ~finite
+        seen.add(start, bad, g, w, nonfinite=~finite)
+        safe_diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
+        max_abs = max(max_abs, float(safe_diff.max()))
+        max_rel = max(max_rel, float((safe_diff / w.abs().clamp_min(1e-12)).max()))
+        del diff, finite, bad, safe_diff
+    details = {"numel": numel, "mismatched": seen.count, "max_abs_diff": max_abs, "max_rel_diff": max_rel}
+    if seen.count:
+        what = f"{seen.nonfinite} NaN/Inf, " if seen.nonfinite else ""
         details["message"] = (
-            f"{label}: {mismatched} of {numel} elements outside atol={atol:g}, rtol={rtol:g} "
-            f"({what}max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g}; first at index {first}: "
-            f"got {g[first].item() if bad.dim() else g.item():.6g}, expected {w[first].item() if bad.dim() else w.item():.6g})"
+            f"{label}: {seen.count} of {numel} elements outside atol={atol:g}, rtol={rtol:g} "
+            f"({what}max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g}; first at index {seen.index(want.shape)}: "
+            f"got {seen.got:.6g}, expected {seen.want:.6g})"
         )
-    return mismatched == 0, details
+    return seen.count == 0, details
+
+
+#: Elements compared at a time: the comparison's temporaries stay a few of these wide, whatever
+#: the outputs' size (a GiB output compared whole took several GiB of the device more).
+CHUNK = 1 << 24
+
+
+def chunks(got: torch.Tensor, want: torch.Tensor, wide: torch.dtype | None = None):
+    """(flat offset, got's chunk, want's chunk) over both tensors in flat order, each chunk
+    converted to ``wide`` where given."""
+    g_flat, w_flat = got.reshape(-1), want.reshape(-1)
+    for start in range(0, w_flat.numel(), CHUNK):
+        g, w = g_flat[start : start + CHUNK], w_flat[start : start + CHUNK]
+        yield start, (g.to(wide) if wide is not None else g), (w.to(wide) if wide is not None else w)
+
+
+class _Mismatches:
+    """The count of elements out of bounds over the chunks, and the first one."""
+
+    def __init__(self):
+        self.count = self.nonfinite = 0
+        self.first: int | None = None
+        self.got = self.want = None
+
+    def add(self, start: int, bad: torch.Tensor, g: torch.Tensor, w: torch.Tensor, nonfinite: torch.Tensor | None = None) -> None:
+        found = int(bad.sum())
+        if not found:
+            return
+        self.count += found
+        if nonfinite is not None:
+            self.nonfinite += int(nonfinite.sum())
+        if self.first is None:
+            at = int(torch.nonzero(bad)[0])
+            self.first, self.got, self.want = start + at, g[at].item(), w[at].item()
+
+    def index(self, shape: torch.Size) -> tuple[int, ...]:
+        flat, out = self.first or 0, []
+        for size in reversed(shape):
+            out.append(flat % size)
+            flat //= size
+        return tuple(reversed(out))
+
+
+def _compare_exact(got: torch.Tensor, want: torch.Tensor, label: str) -> tuple[bool, dict]:
+    """Integer and boolean outputs: every element equal."""
+    seen = _Mismatches()
+    max_abs = 0.0
+    for start, g, w in chunks(got, want):
+        bad = g != w
+        seen.add(start, bad, g, w)
+        if seen.count:
+            diff = (g.to(torch.int64) - w.to(torch.int64)).abs() if w.dtype != torch.bool else bad.to(torch.int64)
+            max_abs = max(max_abs, float(diff.max()))
+    numel = want.numel()
+    details = {"numel": numel, "mismatched": seen.count}
+    if seen.count:
+        details["max_abs_diff"] = max_abs
+        details["message"] = f"{label}: {seen.count} of {numel} elements differ (exact match required for {want.dtype})"
+    return seen.count == 0, details
 
 
 def compare_outputs(

@@ -1,0 +1,73 @@
+"""The comparison works chunk by chunk (compare.CHUNK elements at a time): the verdict and every
+number it reports are those of comparing the tensors whole, and its temporaries stay a few chunks
+wide whatever the outputs' size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.worker.evaluator import compare, precision
+from services.worker.evaluator.compare import DEFAULT_TOLERANCE, compare_leaf
+
+
+def _pair(dtype: torch.dtype, bad: list[tuple[int, int]], seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype in (torch.int32, torch.int64):
+        want = torch.randint(-50, 50, (37, 211), generator=g, dtype=dtype)
+    elif dtype == torch.bool:
+        want = torch.rand(37, 211, generator=g) > 0.5
+    else:
+        want = torch.randn(37, 211, generator=g, dtype=torch.complex64 if dtype == torch.complex64 else torch.float32).to(dtype)
+    got = want.clone()
+    for i, j in bad:
+        got[i, j] = ~got[i, j] if dtype == torch.bool else (got[i, j].to(torch.complex64 if dtype == torch.complex64 else torch.float64) + 7).to(dtype)
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.complex64, torch.int64, torch.bool])
+@pytest.mark.parametrize("bad", [[], [(0, 0)], [(20, 5), (36, 210), (3, 100)]])
+def test_chunks_report_what_the_whole_comparison_reports(monkeypatch, dtype, bad):
+    got, want = _pair(dtype, bad)
+    whole = compare_leaf(got, want, DEFAULT_TOLERANCE, "output 0")
+    monkeypatch.setattr(compare, "CHUNK", 97)  # chunks that split rows, and a short last one
+    chunked = compare_leaf(got, want, DEFAULT_TOLERANCE, "output 0")
+    assert chunked == whole
+    assert whole[0] == (not bad)
+    if bad:
+        first = min(bad)
+        assert f"first at index {first}" in whole[1]["message"] or dtype in (torch.int64, torch.bool)
+        assert whole[1]["mismatched"] == len(bad)
+
+
+def test_a_nan_in_a_later_chunk_is_found(monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK", 100)
+    want = torch.randn(1000)
+    got = want.clone()
+    got[950] = float("nan")
+    ok, details = compare_leaf(got, want, DEFAULT_TOLERANCE, "output 0")
+    assert not ok and "1 NaN/Inf" in details["message"] and "(950,)" in details["message"]
+
+
+def test_the_norm_check_in_chunks_matches_the_whole(monkeypatch):
+    want = torch.randn(5000, generator=torch.Generator().manual_seed(1))
+    noisy = want + 1e-3 * torch.randn(5000, generator=torch.Generator().manual_seed(2))
+    whole = precision.norm_problem(noisy, want, "fp32", "output 0")
+    monkeypatch.setattr(compare, "CHUNK", 333)
+    assert precision.norm_problem(noisy, want, "fp32", "output 0") == whole != ""
+    assert precision.norm_problem(want + 1e-7, want, "fp32", "output 0") == ""
+
+
+@pytest.mark.gpu
+def test_comparing_a_gib_output_takes_a_few_chunks_of_the_device_not_gibs():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    want = torch.randn(1 << 28, device="cuda")  # 1 GiB
+    got = want + 1e-6
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    ok, _ = compare_leaf(got, want, DEFAULT_TOLERANCE, "output 0")
+    assert precision.norm_problem(got, want, "fp32", "output 0") == ""
+    extra = torch.cuda.max_memory_allocated() - base
+    assert ok and extra <= 12 * compare.CHUNK * 8, f"{extra / 2**20:.0f} MiB above the inputs"
