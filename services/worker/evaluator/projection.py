@@ -11,7 +11,7 @@ atol + rtol * |w_j|``, so by Hoeffding ``|p_c - p_r| > K * b`` with probability 
 ``2 exp(-K^2 / 2)``; outputs of other inputs (a previous call's, returned again) differ by far
 more. ``s`` bounds float64's rounding of the sums (``ROUNDING``).
 
-Elements are read in chunks of at most ``CHUNK`` (each converted to float64, with its signs), so
+Elements are read in chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so
 no buffer of the outputs' full size is made; complex leaves are read as their real view, bool
 and integer leaves as float64 (their tolerance is 0: exact). Non-tensor leaves are skipped.
 """
@@ -24,8 +24,10 @@ from typing import Any, Iterator
 
 import torch
 
-#: Elements read at once (float64 and int64 temporaries of this many elements: 32 MiB each).
-CHUNK = 1 << 22
+#: Elements read at once: the scratch of a call's projection is a few float64 and int64 buffers
+#: of this many elements (8 MiB each, about 32 MiB at most while signs are hashed), outside the
+#: device-memory account of either side.
+CHUNK = 1 << 20
 #: Signs kept between the calls of a block, in elements (small leaves hash their indices once).
 SIGN_CACHE = CHUNK
 #: Relative float64 rounding allowed on ``sum_j r_j w_j`` (times ``s``), plus an absolute floor.
