@@ -7,9 +7,9 @@ blocks it draws each call's inputs from the workload itself, from a seed the jud
 for the block (the reference draws the same ones), sends a random projection of every timed
 call's outputs with its times, and hands over the block's last outputs by a separate, untimed
 command (``block_outputs``). What it reports about itself (the checks below, its precision flags,
-its times) is taken as a filter only: this process is the candidate's, and anything in it can be patched. The
-judge decides from what the candidate cannot touch: the outputs, compared in a reference rank,
-and the judge process's own clock.
+its times) is taken as a filter only: this process is the candidate's, and anything in it can be
+patched. The judge decides from what the candidate cannot touch: the outputs (and their
+projections), compared with the reference's, and the judge process's own clock.
 """
 
 from __future__ import annotations
