@@ -22,6 +22,7 @@ CAUGHT = {
     "computes_tf32_quietly": ("incorrect", "outside"),
     "computes_bf16": ("incorrect", "outside"),
     "hides_timed_outputs": ("rejected", "did not hand back the outputs"),
+    "computes_only_last_call": ("incorrect", "computes only some of the timed calls"),
 }
 
 

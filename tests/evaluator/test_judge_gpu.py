@@ -45,6 +45,7 @@ def test_an_honest_candidate_passes_the_clock_check(gpu):
     ("hides_tf32", "incorrect", "outside"),
     ("computes_bf16", "incorrect", "outside"),
     ("finds_reference_via_gc", "incorrect", "outside"),
+    ("computes_only_last_call", "incorrect", "computes only some of the timed calls"),
 ])
 def test_attack_fails_on_a_gpu(gpu, name, status, text):
     result = gpu.evaluate(LINEAR, ADVERSARIAL / f"{name}.py", world_size=1)

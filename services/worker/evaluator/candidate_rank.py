@@ -4,10 +4,12 @@ It never sees a trial's seed, the reference's model or its outputs: it gets the 
 constructor arguments and the seed its weights are drawn with (so that a ``ModelNew`` can hold the
 same parameters as the ``Model``), then each trial's inputs, and hands back its outputs. In timed
 blocks it draws each call's inputs from the workload itself, from a seed the judge picks at random
-for the block (the reference draws the same ones), and hands back the block's last outputs. What it reports about itself (the checks below, its precision flags, its times) is
-taken as a filter only: this process is the candidate's, and anything in it can be patched. The
-judge decides from what the candidate cannot touch: the outputs, compared in a reference rank,
-and the judge process's own clock.
+for the block (the reference draws the same ones), sends a random projection of every timed
+call's outputs with its times, and hands over the block's last outputs by a separate, untimed
+command (``block_outputs``). What it reports about itself (the checks below, its precision flags,
+its times) is taken as a filter only: this process is the candidate's, and anything in it can be
+patched. The judge decides from what the candidate cannot touch: the outputs (and their
+projections), compared with the reference's, and the judge process's own clock.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ class CandidateRank(RankBase):
         self.level = "fp32"  # the workload's declared precision
         self.workload_path = ""  # imported here only for arguments and inputs that cannot travel
         self.workload = None
+        self.block_kept: tuple[list, str] | None = None  # a timed block's last outputs, until handed over
 
     def handlers(self) -> dict:
         return {
             "ping": lambda: {"pid": os.getpid(), "environment": self.environment()},
             "load": self.cmd_load, "trial": self.cmd_trial, "timing_inputs": self.cmd_timing_inputs,
-            "time_block": self.cmd_time_block, "release": self.cmd_release,
+            "time_block": self.cmd_time_block, "block_outputs": self.cmd_block_outputs, "release": self.cmd_release,
         }
 
     def after(self, op: str, reply: dict) -> None:
@@ -144,8 +147,19 @@ class CandidateRank(RankBase):
         self.prepare_timed(self.cand, self._inputs(inputs, seed), restore, draw=lambda block: self._inputs(None, block))
         return {}
 
+    def keep_outputs(self, leaves: list | None, spec: str) -> None:
+        self.block_kept = None if leaves is None else (leaves, spec)
+
+    def cmd_block_outputs(self) -> dict:
+        """The last timed block's kept outputs (host copies), once; nothing where none were kept."""
+        kept, self.block_kept = self.block_kept, None
+        if kept is None:
+            return {}
+        leaves, spec = kept
+        return {"outputs": T.detach_cpu(leaves), "spec": spec}
+
     def cmd_release(self, collect: bool = True) -> dict:
-        self.cand, self.timed = None, None
+        self.cand, self.timed, self.block_kept = None, None, None
         if self.cand_module:
             for name in [n for n in sys.modules if n == self.cand_module or n.startswith(self.cand_module + ".")]:
                 sys.modules.pop(name, None)

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
 
+from . import projection
 from .pool import PoolFailure, RankPool, Replies
+from .projection import Projections
 from .settings import EvalSettings
 
 #: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
@@ -213,7 +215,7 @@ def _ready(pool: RankPool) -> None:
 class Block:
     times: dict[int, list[float]]  # per rank, ms, from the side's own clock
     wall_ms: float  # the judge's clock
-    outputs: dict[int, dict] | None = None  # the candidate's last call, per rank: {"outputs", "spec"}
+    projections: dict[int, Projections] | None = None  # per rank: every timed call's (timing rounds)
 
     @property
     def reported_ms(self) -> float:
@@ -223,7 +225,8 @@ class Block:
 class Timing:
     """Interleaved blocks of the two sides, each timed with the other stopped."""
 
-    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate, judge_outputs):
+    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate, judge_outputs,
+                 tolerance: dict[str, tuple[float, float]], flag):
         self.pools = pools
         self.s = settings
         self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
@@ -231,6 +234,8 @@ class Timing:
         # (the candidate's last outputs of a round, per rank; the round; its seed) -> None, raises Stop; the
         # reference ranks hold theirs of the same round's block
         self.judge_outputs = judge_outputs
+        self.tolerance = tolerance  # by dtype name: the reference's bounds on the projections
+        self.flag = flag  # str -> None: a flag on the result
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
 
@@ -240,8 +245,10 @@ class Timing:
         max(hang_floor_s, hang_factor x n x (ref_call_s + draw_s)).
 
         Every call of every block runs on inputs drawn afresh from a seed this process picks at
-        random per round (both sides draw the same ones), and the last outputs of each round's
-        candidate block are judged against the reference's of the same round."""
+        random per round (both sides draw the same ones). Each round's last candidate outputs are
+        handed over after the round (untimed) and judged against the reference's of the same
+        round; then every timed call's projection (``projection.py``, signs from a seed drawn here
+        per round) is checked against the reference's call of the same index."""
         s = self.s
         ref, cand = self.pools.reference, self.pools.candidate
 
@@ -268,12 +275,14 @@ class Timing:
             per_block = math.ceil(iters / rounds)
             blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
             for r in range(rounds):
-                seed = secrets.randbits(30)
+                seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
                 order = [(ref, cand, "reference"), (cand, ref, "candidate")]
                 for side, other, name in order if r % 2 == 0 else order[::-1]:
-                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=True))
-                self.judge_outputs(blocks["candidate"][-1].outputs, r, seed)
-                blocks["candidate"][-1].outputs = None
+                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=True,
+                                                    projection_seed=projection_seed))
+                self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
+                self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
+                blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
         finally:
             ref.resume()
             cand.resume()
@@ -293,13 +302,17 @@ class Timing:
         return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
 
     def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int,
-               keep: bool = False) -> Block:
+               keep: bool = False, projection_seed: int | None = None) -> Block:
         """One block of ``side`` with ``other`` stopped; its device work was drained by the
         reply to its last command (each block and trial syncs before answering)."""
+        args = {"iters": iters, "warm": warm, "flush_bytes": flush_bytes, "seed": seed, "keep": keep}
+        if projection_seed is not None:
+            args["projection_seed"] = projection_seed
+            if side.role == "reference":
+                args["tolerance"] = self.tolerance
         before = other.stop()
         started = time.perf_counter()
-        replies = side.request("time_block", {"iters": iters, "warm": warm, "flush_bytes": flush_bytes, "seed": seed, "keep": keep},
-                               timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
+        replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
         wall_ms = (time.perf_counter() - started) * 1e3
         self.stopped_cpu[other.role] += other.stopped_cpu_seconds() - before
         self.stopped_wall[other.role] += wall_ms / 1e3
@@ -314,10 +327,50 @@ class Timing:
         times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
-        outputs = None
-        if keep and side.role == "candidate":  # the reference's copies only made its block do the same work
-            outputs = {r: {"outputs": rep.get("outputs"), "spec": rep.get("spec")} for r, rep in replies.by_rank.items()}
-        return Block(times, wall_ms, outputs)
+        projections = self._projections(side.role, replies) if projection_seed is not None else None
+        return Block(times, wall_ms, projections)
+
+    def _projections(self, role: str, replies: Replies) -> dict[int, Projections]:
+        """Each rank's numbers from a block's replies: malformed ones from the candidate are
+        ``rejected``; NaN or Inf from the reference (its outputs were) a ``workload_error``."""
+        out = {}
+        for rank, rep in sorted(replies.by_rank.items()):
+            try:
+                out[rank] = Projections.from_reply(rep, bounds=role == "reference")
+            except ValueError as exc:
+                if role == "reference":
+                    raise Stop("workload_error", ErrorInfo(kind="workload_error", phase="time", rank=rank, message=(
+                        f"rank {rank}: the reference's timed block sent no usable projections ({exc})")))
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's timed block sent malformed projections of its outputs ({exc})")))
+            if role == "reference" and not out[rank].finite():
+                raise Stop("workload_error", ErrorInfo(kind="workload_error", phase="time", rank=rank, message=(
+                    f"rank {rank}: the reference's outputs in a timed call had NaN or Inf values (or overflow float64 when squared)")))
+        return out
+
+    def _handed_outputs(self, limit_s: float) -> dict[int, dict]:
+        """The candidate's last outputs of the round's block, asked for after the round (outside
+        every timed span), per rank: {"outputs", "spec"} (None where not handed back)."""
+        replies = self.pools.candidate.request("block_outputs", {}, timeout=self.limit(max(self.s.hang_floor_s, limit_s)),
+                                               stall_s=self.s.stall_s)
+        self.check_candidate(replies, "time")
+        return {r: {"outputs": rep.get("outputs"), "spec": rep.get("spec")} for r, rep in replies.by_rank.items()}
+
+    def _check_projections(self, ref: Block, cand: Block, round_: int) -> None:
+        """Every timed call of the round's candidate block against the reference's call of the
+        same index: ``incorrect`` where one is off by more than ``projection_sigmas`` bounds."""
+        for rank, want in sorted(ref.projections.items()):
+            got = cand.projections.get(rank)
+            problem = "no projections" if got is None else projection.shape_problem(got, want)
+            if problem:
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's projections of timing round {round_}'s calls do not fit its block: {problem}")))
+            bad = projection.first_mismatch(got, want, self.s.projection_sigmas)
+            if bad is not None:
+                self.flag(
+                    f"timed call {bad.call} of round {round_} did not match the reference on rank {rank} (tensor output {bad.leaf}'s "
+                    f"projection off by {bad.off:.3g}, bound {bad.allowed:.3g}): computes only some of the timed calls")
+                raise Stop("incorrect")
 
     def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
         """A side's overhead per block (wall - reported) is its input draws, flushes, barriers and

@@ -131,8 +131,9 @@ class Trials:
         return record
 
     def _judge_timed(self, outputs: dict[int, dict] | None, round_: int, seed: int) -> None:
-        """A timing round's last candidate call, on inputs drawn afresh for it, against the
-        reference's call on the same inputs: what the timed calls returned is judged too."""
+        """A timing round's last candidate call, on inputs drawn afresh for it and handed over
+        after the round, against the reference's call on the same inputs: the full outputs of
+        one timed call per round are judged (every call's projection is checked in ``Timing``)."""
         if not outputs or sorted(outputs) != list(range(self.world)) or any(
                 not isinstance(rep.get("outputs"), list) or not isinstance(rep.get("spec"), str) for rep in outputs.values()):
             raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
@@ -153,8 +154,9 @@ class Trials:
         self._check_candidate(ready, "time", "runtime_error")
         with self._gpu_sampler() as sampler:
             draw_s = max(float(x) for x in replies_value(tin, "draw_s", 0.0))
-            ref_t, cand_t, check = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed).run(
-                self.ref_call_s, self.s.flush_bytes, draw_s)
+            timing = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed,
+                            tolerance_to_names(self.tolerance), self.result.flags.append)
+            ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s)
         if sampler is not None:
             nvml = sampler.summary()
             self.result.environment["nvml"] = nvml

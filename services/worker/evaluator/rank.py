@@ -25,6 +25,8 @@ import torch.distributed as dist
 
 from . import precision
 from . import tensors as T
+from .compare import tolerance_from_names
+from .projection import Projector
 from .protocol import recv_command, send_reply
 from .timing import Timer
 
@@ -154,21 +156,34 @@ class RankBase:
 
         self.timed = TimedCall(model, inputs, restore_inputs if pristine else None, draw)
 
-    def cmd_time_block(self, iters: int, warm: int, flush_bytes: int, seed: int | None = None, keep: bool = False) -> dict:
+    def cmd_time_block(self, iters: int, warm: int, flush_bytes: int, seed: int | None = None, keep: bool = False,
+                       projection_seed: int | None = None, tolerance: dict | None = None) -> dict:
         """``warm`` untimed calls, then ``iters`` timed ones (ms each); the device is drained
         before the reply, so nothing of this side runs on while the other is timed.
 
         With a ``seed`` (the judge draws one at random for each block, unrelated to any trial's),
         every call runs on inputs drawn afresh from it, outside the timed span: no call sees an
         input an earlier one saw, so a result stored from an earlier input is never the answer.
-        With ``keep``, the block's last outputs go back (host copies, on both sides alike, so
-        the judge's clock sees the same work on either) for the reference to compare."""
+        With a ``projection_seed`` (drawn at random per block), every timed call's outputs are
+        projected right after the call, outside this rank's clock (``projection.Projector``, the
+        same work on either side; ``tolerance``, the reference's only, names the judge's
+        tolerances for the bounds), and the numbers go back once, with the times. With ``keep``,
+        the block's last outputs stay in this process (``keep_outputs``), outside the judge's
+        timed span: the reference compares the candidate's with them, and the candidate hands
+        them over by a separate command."""
         timed = self.timed
         if timed is None:
             raise RuntimeError("no timing inputs")
         timer = self.timer(int(flush_bytes))
+        projector = None
+        if projection_seed is not None:
+            table = tolerance_from_names(tolerance) if tolerance is not None else None
+            projector = Projector(int(projection_seed), self.device, table)
+        if keep:
+            self.keep_outputs(None, "")
         total = int(warm) + int(iters)
         times = []
+        timed.hold = projector is not None
         for i in range(total):
             if seed is not None:
                 timed.redraw(call_seed(int(seed), i))
@@ -176,17 +191,22 @@ class RankBase:
             elapsed = timer.time_call(timed, None if seed is not None else timed.restore)
             if i >= int(warm):
                 times.append(elapsed)
+                if projector is not None:
+                    projector.add(T.flatten(timed.out)[0])
+            timed.out = None
+        timed.hold = False
         self.sync()
         reply: dict[str, Any] = {"times": times}
+        if projector is not None:
+            reply.update(projector.finish().reply(bounds=tolerance is not None))
         if keep and timed.kept is not None:
             leaves, spec = T.flatten(timed.kept)
             timed.kept = None
-            reply.update(outputs=T.detach_cpu(leaves), spec=spec)
-            self.block_outputs(leaves, spec)
+            self.keep_outputs([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], spec)
         return reply
 
-    def block_outputs(self, leaves: list, spec: str) -> None:
-        """A role's use of a block's last outputs (the reference keeps them to compare)."""
+    def keep_outputs(self, leaves: list | None, spec: str) -> None:
+        """A role's use of a block's last outputs (None: drop what an earlier block left)."""
 
 
 def call_seed(block_seed: int, call: int) -> int:
@@ -196,12 +216,14 @@ def call_seed(block_seed: int, call: int) -> int:
 
 class TimedCall:
     """One timed call: the model on its inputs, which ``redraw`` replaces with fresh ones (the
-    old ones dropped first, so a block holds one set at a time). With ``keep``, the outputs of
-    the call stay in ``kept`` (outside the timed span nothing else is held)."""
+    old ones dropped first, so a block holds one set at a time). With ``hold``, the call's
+    outputs stay in ``out`` until the block has projected them; with ``keep`` (the block's last
+    call) they also stay in ``kept``. Otherwise nothing is held outside the timed span."""
 
     def __init__(self, model, inputs: list, restore: Callable[[], None] | None, draw: Callable[[int], list] | None):
         self.model, self.inputs, self.restore, self.draw = model, inputs, restore, draw
-        self.keep = False
+        self.keep = self.hold = False
+        self.out = None
         self.kept = None
 
     def redraw(self, seed: int) -> None:
@@ -213,6 +235,7 @@ class TimedCall:
     def __call__(self) -> None:
         with torch.no_grad():
             out = self.model(*self.inputs)
+        self.out = out if self.hold else None
         self.kept = out if self.keep else None
 
 

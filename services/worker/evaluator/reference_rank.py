@@ -190,9 +190,9 @@ class ReferenceRank(RankBase):
         self.prepare_timed(self.ref, inputs, restore, draw=self._inputs)
         return {"inputs": sent, "seed": seed, "draw_s": draw_s}
 
-    def block_outputs(self, leaves: list, spec: str) -> None:
-        """A timed block's last outputs, kept to judge the candidate's of the same block."""
-        self.kept = {"outputs": [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], "mutated": {}, "spec": spec}
+    def keep_outputs(self, leaves: list | None, spec: str) -> None:
+        """A timed block's last outputs, kept to judge the candidate's of the same round."""
+        self.kept = None if leaves is None else {"outputs": leaves, "mutated": {}, "spec": spec}
 
     def cmd_time_alone(self, timing: dict, seed: int, restore: list[int]) -> dict:
         """The reference alone, by the in-process protocol (``baseline``)."""
