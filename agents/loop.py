@@ -228,7 +228,7 @@ class JobLoop:
                 log.warning("job %s plans without a trace of the reference, which the tracer could not follow: %s", spec.job_id, exc)
                 analysis = untraced_analysis(str(exc), **known)
             analysis.source_rewrites = source_rewrites(source)
-            traj.analysis = analysis.to_dict()
+            traj.analysis = analysis
             self.sink.save(traj, None)
         return source
 

@@ -3,9 +3,10 @@ and the whole trajectory (saved after every step, with a format version).
 
 Plain dataclasses, JSON round-trippable, importable with the standard library alone: the CLI,
 the service, the dashboard and the knowledge base all read these. A step's evaluation and the
-job's baseline are the evaluator's typed records (``kloom.evaluation``); they become JSON only
-where a trajectory or a step is saved or sent (``to_dict``), and typed again where one is read
-(``from_dict``).
+job's baseline are the evaluator's typed records (``kloom.evaluation``), a step's profile the
+profiler's (``kloom.profile``), the job's analysis the tracer's structure (``agents.analysis``);
+they become JSON only where a trajectory or a step is saved or sent (``to_dict``), and typed
+again where one is read (``from_dict``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, Literal, get_args
 
 from kloom.clock import timestamp
 from kloom.evaluation import BaselineResult, EvalResult, TimingRecord
+from kloom.profile import Profile
+
+from .analysis import Analysis
 
 TRAJECTORY_VERSION = 1
 
@@ -110,7 +114,7 @@ class Step:
     candidate_code: str | None = None
     candidate_sha256: str = ""
     evaluation: EvalResult | None = None
-    profile: dict[str, Any] | None = None  # Profile.to_dict(), with its summary for the agents
+    profile: Profile | None = None  # the hardware's view of the candidate, with its summary for the agents
     feedback: str = ""  # the verifier's words for the next plan
     error: str = ""
     usage: Usage = field(default_factory=Usage)
@@ -163,6 +167,8 @@ class Step:
         raw["usage"] = Usage(**raw.get("usage", {}))
         if raw.get("evaluation") is not None:
             raw["evaluation"] = EvalResult.from_dict(raw["evaluation"])
+        if raw.get("profile") is not None:
+            raw["profile"] = Profile.from_dict(raw["profile"])
         return cls(**raw)
 
 
@@ -182,7 +188,7 @@ class Trajectory:
     workload_sha256: str = ""
     workload_family: str = ""
     baseline: BaselineResult | None = None
-    analysis: dict[str, Any] | None = None  # the structure found in the reference
+    analysis: Analysis | None = None  # the structure found in the reference
     steps: list[Step] = field(default_factory=list)
     state: JobState = "queued"
     stop_reason: str = ""
@@ -244,7 +250,10 @@ class Trajectory:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The trajectory as it is stored (its ``trajectory.json``, a job's row) and sent."""
+        data = dataclasses.asdict(dataclasses.replace(self, analysis=None))
+        data["analysis"] = self.analysis.to_dict() if self.analysis is not None else None
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
@@ -254,9 +263,15 @@ class Trajectory:
         job = dict(data["job"])
         job["limits"] = Limits(**job.get("limits", {}))
         steps = [Step.from_dict(raw) for raw in data.get("steps", [])]
-        fields = {f.name for f in dataclasses.fields(cls)} - {"job", "steps", "overhead_usage", "baseline"}
+        fields = {f.name for f in dataclasses.fields(cls)} - {"job", "steps", "overhead_usage", "baseline", "analysis"}
         overhead = Usage(**data.get("overhead_usage", {}))
         baseline = BaselineResult.from_dict(data["baseline"]) if data.get("baseline") is not None else None
+        analysis = Analysis.from_dict(data["analysis"]) if data.get("analysis") is not None else None
         return cls(
-            job=JobSpec(**job), steps=steps, overhead_usage=overhead, baseline=baseline, **{k: v for k, v in data.items() if k in fields}
+            job=JobSpec(**job),
+            steps=steps,
+            overhead_usage=overhead,
+            baseline=baseline,
+            analysis=analysis,
+            **{k: v for k, v in data.items() if k in fields},
         )

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kloom.evaluation import BaselineResult, EvalResult
+from kloom.profile import Profile
 
+from .analysis import Analysis
 from .limits import Budget
 from .records import JobSpec, Plan, Step, Usage, best_of
 
@@ -85,7 +87,7 @@ class PlanningContext:
     spec: JobSpec
     workload_source: str
     workload_name: str
-    analysis: dict[str, Any] | None  # agents.analysis.Analysis.to_dict()
+    analysis: Analysis | None  # the structure traced in the reference (None before it is known)
     baseline: BaselineResult | None  # the reference timed alone: its time and roofline
     history: list[Step]
     budget: Budget
@@ -111,7 +113,7 @@ class CoderOutput:
 class Verdict:
     status: str
     evaluation: EvalResult | None
-    profile: dict[str, Any] | None
+    profile: Profile | None
     feedback: str
 
 

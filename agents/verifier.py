@@ -3,15 +3,19 @@ for a profile when the policy says so, and turns both into feedback for the next
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 from kloom.evaluation import EvalResult
+from kloom.profile import Profile
 
 from .records import Plan
 from .roles import Evaluator, PlanningContext, Verdict
 
-#: ``profiler(workload_path, candidate_source, world_size=..., device=...) -> dict`` (a Profile's to_dict()).
-Profiler = Callable[..., dict]
+
+class Profiler(Protocol):
+    """Profiles one candidate (``services.worker.profiler.job_profiler`` makes one for a job)."""
+
+    def __call__(self, workload: str, code: str, *, world_size: int, device: str) -> Profile: ...
 
 
 class Verifier:
@@ -38,7 +42,7 @@ class Verifier:
         return best is None or (result.timing is not None and result.timing.speedup > (best.reported_speedup or 0.0))
 
 
-def feedback(result: EvalResult, profile: dict | None, ctx: PlanningContext) -> str:
+def feedback(result: EvalResult, profile: Profile | None, ctx: PlanningContext) -> str:
     """A few lines for the planner: what happened, how it compares, what bounds it."""
     lines = [result.summary()]
     best = ctx.best
@@ -59,7 +63,6 @@ def feedback(result: EvalResult, profile: dict | None, ctx: PlanningContext) -> 
         detail = (result.error.traceback or result.error.log_tail or "").strip().splitlines()[-6:]
         if detail:
             lines.append("last lines of the error:\n" + "\n".join(detail))
-    if profile and profile.get("summary"):
-        summary = profile["summary"]
-        lines.extend(summary if isinstance(summary, list) else [str(summary)])
+    if profile is not None and profile.summary:
+        lines.append(profile.summary)
     return "\n".join(lines)

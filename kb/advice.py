@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, selectinload
 
+from agents.analysis import Analysis
 from agents.roles import EXACT_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
 
 from .computation import computation_key
@@ -41,7 +42,7 @@ def _similar_jobs(session: Session, query: Signature, min_similarity: float) -> 
 
 def advice(
     session: Session,
-    analysis: dict[str, Any] | None,
+    analysis: Analysis | None,
     workload_sha256: str,
     device: str,
     gpu: str = "",
@@ -51,7 +52,7 @@ def advice(
     strategies: int = 16,
     min_similarity: float = MIN_SIMILARITY,
 ) -> KBAdvice:
-    """What the knowledge base offers the planner for a workload (its ``agents.analysis`` dict).
+    """What the knowledge base offers the planner for a workload (its traced ``Analysis``).
 
     Kernels come from the most similar workloads first (fastest first among equals, one per
     distinct code); ``same_workload`` marks those recorded on this very workload file (by

@@ -242,13 +242,6 @@ def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: 
     return count
 
 
-def _profile_summary(profile: dict[str, Any] | None) -> str:
-    summary = (profile or {}).get("summary")
-    if summary is None:
-        return ""
-    return summary if isinstance(summary, str) else json.dumps(summary, sort_keys=True, default=str)
-
-
 def _representative(tried: list[tuple[Step, dict[str, Any]]]) -> tuple[Step, dict[str, Any]]:
     """A strategy's step that speaks for it in a job: its fastest win, else its fastest correct
     step, else its last."""
@@ -317,8 +310,8 @@ def _record_strategies(session: Session, traj: Trajectory, sig: Signature, job_i
                 reference_ms=timing.reference_ms if timing else None,
                 fraction_of_floor=step.fraction_of_floor,
                 params=params,
-                profile_summary=_profile_summary(step.profile),
-                profile=step.profile,
+                profile_summary=step.profile.summary if step.profile else "",
+                profile=step.profile.to_dict() if step.profile else None,
             )
         )
     session.flush()

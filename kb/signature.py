@@ -14,8 +14,11 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from agents.analysis import Analysis
 
 #: Weights of the structural and size terms; they add up to 1 so that identical signatures on the
 #: same hardware score exactly 1.0.
@@ -57,7 +60,7 @@ class Signature:
     @classmethod
     def from_analysis(
         cls,
-        analysis: dict[str, Any] | None,
+        analysis: Analysis | None,
         *,
         device: str = "cpu",
         gpu: str = "",
@@ -66,19 +69,55 @@ class Signature:
         world_size: int | None = None,
         dominant: str = "",
     ) -> "Signature":
-        """A signature from an analysis dict; the keyword values fill in what the analysis lacks."""
-        a = analysis or {}
-        shapes = tuple(tuple(int(d) for d in s) for s in (a.get("input_shapes") or []) if isinstance(s, (list, tuple)))
+        """A signature from a traced analysis; the keyword values fill in what the analysis lacks
+        (all of it without one)."""
+        if analysis is None:
+            return cls._normalised(family=family, world_size=world_size, dominant=dominant, device=device, gpu=gpu, interconnect=interconnect)
+        return cls._normalised(
+            family=analysis.family or family,
+            world_size=analysis.world_size or world_size,
+            collectives=analysis.collectives,
+            ops=analysis.ops,
+            input_shapes=analysis.input_shapes,
+            dtypes=analysis.dtypes,
+            dominant=analysis.dominant or dominant,
+            total_input_bytes=analysis.total_input_bytes,
+            host_syncs=analysis.host_syncs,
+            device=device,
+            gpu=gpu,
+            interconnect=interconnect,
+        )
+
+    @classmethod
+    def _normalised(
+        cls,
+        *,
+        family: str | None = "",
+        world_size: int | None = None,
+        collectives: Iterable[str] | None = (),
+        ops: Iterable[str] | None = (),
+        input_shapes: Iterable[Any] | None = (),
+        dtypes: Iterable[str] | None = (),
+        dominant: str | None = "",
+        total_input_bytes: int | None = 0,
+        host_syncs: int | None = 0,
+        device: str | None = "cpu",
+        gpu: str | None = "",
+        interconnect: str | None = "",
+    ) -> "Signature":
+        """The signature in its canonical form: sorted names (ops as a multiset), shapes as tuples
+        of ints (anything else dropped), dtypes without ``torch.``; None and empty as unknown."""
+        shapes = tuple(tuple(int(d) for d in s) for s in (input_shapes or []) if isinstance(s, (list, tuple)))
         return cls(
-            family=str(a.get("family") or family or ""),
-            world_size=int(a.get("world_size") or world_size or 1),
-            collectives=tuple(sorted({str(c) for c in a.get("collectives") or []})),
-            ops=tuple(sorted(str(o) for o in a.get("ops") or [])),
+            family=str(family or ""),
+            world_size=int(world_size or 1),
+            collectives=tuple(sorted({str(c) for c in collectives or []})),
+            ops=tuple(sorted(str(o) for o in ops or [])),
             input_shapes=shapes,
-            dtypes=tuple(sorted({str(d).replace("torch.", "") for d in a.get("dtypes") or [] if d})),
-            dominant=str(a.get("dominant") or dominant or ""),
-            total_input_bytes=int(a.get("total_input_bytes") or a.get("input_bytes") or 0),
-            host_syncs=int(a.get("host_syncs") or 0),
+            dtypes=tuple(sorted({str(d).replace("torch.", "") for d in dtypes or [] if d})),
+            dominant=str(dominant or ""),
+            total_input_bytes=int(total_input_bytes or 0),
+            host_syncs=int(host_syncs or 0),
             device=device or "cpu",
             gpu=gpu or "",
             interconnect=interconnect or "",
@@ -109,9 +148,19 @@ class Signature:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "Signature":
+        """The signature as ``to_dict`` stored it; a missing key is unknown (``input_bytes`` stands
+        in for a missing ``total_input_bytes``, as it always has here)."""
         data = data or {}
-        return cls.from_analysis(
-            data,
+        return cls._normalised(
+            family=data.get("family"),
+            world_size=data.get("world_size"),
+            collectives=data.get("collectives"),
+            ops=data.get("ops"),
+            input_shapes=data.get("input_shapes"),
+            dtypes=data.get("dtypes"),
+            dominant=data.get("dominant"),
+            total_input_bytes=data.get("total_input_bytes") or data.get("input_bytes"),
+            host_syncs=data.get("host_syncs"),
             device=data.get("device", "cpu"),
             gpu=data.get("gpu", ""),
             interconnect=data.get("interconnect", ""),

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from kloom.roofline.model import RooflineRecord
 
@@ -205,7 +207,7 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
-        return _from_dict(cls, data)
+        return dataclass_from_dict(cls, data)
 
     def summary(self) -> str:
         """One line a person or an agent can read."""
@@ -253,26 +255,22 @@ class BaselineResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BaselineResult":
-        return _from_dict(cls, data)
+        return dataclass_from_dict(cls, data)
 
 
-def _from_dict(cls, data):
-    """Rebuild nested dataclasses from ``asdict`` output."""
-    import typing
+T = TypeVar("T")
 
+
+def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """A dataclass ``cls`` rebuilt from its ``dataclasses.asdict`` output, nested dataclasses
+    (also in lists and optional fields) included. Keys ``cls`` lacks are ignored; fields the data
+    lacks take their defaults (how records read what older versions of them wrote)."""
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}
     return cls(**kwargs)
 
 
-def _convert(tp, value):
-    import types
-    import typing
-
+def _convert(tp: Any, value: Any) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(tp)
@@ -285,5 +283,5 @@ def _convert(tp, value):
     if origin is list and args:
         return [_convert(args[0], v) for v in value]
     if dataclasses.is_dataclass(tp):
-        return _from_dict(tp, value)
+        return dataclass_from_dict(tp, value)
     return value

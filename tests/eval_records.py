@@ -1,12 +1,15 @@
-"""The evaluator's records (``kloom.evaluation``) as a test states them: what the test is about,
-given; every other required field at a neutral value. Real records, which a ``Step`` or a
-``Trajectory`` holds and saves as the loop's would be."""
+"""The records a job holds (the evaluator's ``kloom.evaluation``, the profiler's ``kloom.profile``,
+the traced ``agents.analysis``) as a test states them: what the test is about, given; every other
+required field at a neutral value. Real records, which a ``Step`` or a ``Trajectory`` holds and
+saves as the loop's would be."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agents.analysis import Analysis
 from kloom.evaluation import BaselineResult, ErrorInfo, EvalResult, TimeStats, TimingRecord
+from kloom.profile import Profile
 from kloom.roofline.model import RooflineRecord
 
 
@@ -37,3 +40,16 @@ def evaluation(status: str = "correct", *, timing: TimingRecord | None = None, e
 def baseline(reference_ms: float | None, *, status: str = "correct", **fields: Any) -> BaselineResult:
     """The reference of workload ``w`` timed alone on two CPU ranks."""
     return BaselineResult(status=status, **{**dict(workload="w", world_size=2, device="cpu"), **fields}, reference_ms=reference_ms)
+
+
+def profile(summary: str = "", **fields: Any) -> Profile:
+    """A PyTorch-profiler profile of a candidate of workload ``w`` on two CPU ranks."""
+    base = dict(tool="torch_profiler", status="ok", reason="", workload="w", world_size=2, device="cpu")
+    return Profile(**{**base, **fields, "summary": summary})
+
+
+def analysis(**fields: Any) -> Analysis:
+    """The traced structure of a workload on two CPU ranks: nothing found but what is given."""
+    empty = dict(collectives=[], collective_sizes={}, ops=[], host_sync_ops=[], patterns=[], input_shapes=[], dtypes=[], mutated_inputs=[], output_shapes=[])
+    counts = dict.fromkeys(("n_kernels", "n_elementwise", "n_matmul", "n_attention", "host_syncs", "total_input_bytes", "param_bytes", "collective_bytes"), 0)
+    return Analysis(**{**dict(family="", world_size=2, device="cpu"), **empty, **counts, **fields})

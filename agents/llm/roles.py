@@ -10,7 +10,6 @@ from __future__ import annotations
 from agents.prompts import render
 from agents.records import Plan, Usage
 from agents.roles import CoderOutput, Planner, PlanningContext
-from kloom.opgraph import OpGraph
 
 from . import views
 from .client import LLMClient
@@ -67,8 +66,7 @@ class LLMCoder:
     @staticmethod
     def offered(ctx: PlanningContext) -> list[LibraryTemplate]:
         """The library's templates that match the traced workload."""
-        graph = (ctx.analysis or {}).get("op_graph")
-        return applicable_templates(OpGraph.from_dict(graph) if graph else None)
+        return applicable_templates(ctx.analysis.op_graph if ctx.analysis else None)
 
     def messages(self, plan: Plan, ctx: PlanningContext, offered: list[LibraryTemplate] | None = None) -> list[dict[str, str]]:
         """The system and user messages for this plan and context."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agents.analysis import Analysis
 from agents.records import Plan, Step
 from agents.roles import PlanningContext
 from kloom.evaluation import BaselineResult, ErrorInfo
+from kloom.profile import Profile
 
 from .library import LibraryTemplate
 
@@ -50,20 +52,16 @@ def workload_view(ctx: PlanningContext) -> dict[str, Any]:
     }
 
 
-def analysis_view(analysis: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The traced structure as ``key: value`` lines (empty fields left out), and its summary if any."""
-    if not analysis:
+def analysis_view(analysis: Analysis | None) -> dict[str, Any] | None:
+    """The traced structure as ``key: value`` lines, its fields as stored (empty ones left out)."""
+    if analysis is None:
         return None
-    summary = analysis.get("summary")
     lines = [
         f"- {key}: {value if isinstance(value, str) else compact(value)}"
-        for key, value in sorted(analysis.items())
-        if key != "summary" and value not in (None, "", [], {})
+        for key, value in sorted(analysis.to_dict().items())
+        if value not in (None, "", [], {})
     ]
-    return {
-        "summary": summary if isinstance(summary, str) else "",
-        "details": clip("\n".join(lines), CLIP["analysis"]),
-    }
+    return {"details": clip("\n".join(lines), CLIP["analysis"])}
 
 
 def roofline_view(baseline: BaselineResult | None) -> dict[str, Any] | None:
@@ -87,14 +85,13 @@ def roofline_view(baseline: BaselineResult | None) -> dict[str, Any] | None:
     return view
 
 
-def profile_summary(profile: dict[str, Any] | None) -> str:
+def profile_summary(profile: Profile | None) -> str:
     """The profiler's summary for agents when it has one, else the record itself, clipped."""
-    if not profile:
+    if profile is None:
         return ""
-    summary = profile.get("summary")
-    if isinstance(summary, str) and summary.strip():
-        return clip(summary, CLIP["profile"])
-    return clip(json.dumps(profile, sort_keys=True, default=str), CLIP["profile"])
+    if profile.summary.strip():
+        return clip(profile.summary, CLIP["profile"])
+    return clip(json.dumps(profile.to_dict(), sort_keys=True, default=str), CLIP["profile"])
 
 
 def _evaluator_error(step: Step) -> ErrorInfo | None:

@@ -100,9 +100,9 @@ class OfflinePlanner:
 
     def plan(self, ctx: PlanningContext) -> tuple[Plan | None, Usage]:
         self.done_reason = ""
-        if ctx.analysis is None:
+        analysis = ctx.analysis
+        if analysis is None:
             return None, Usage()
-        analysis = Analysis.from_dict(ctx.analysis)
         tried = _tried(ctx)
         evaluated = _evaluated_code(ctx)
         reuse = self._kb_reuse(ctx, tried, evaluated)
@@ -139,12 +139,13 @@ class OfflinePlanner:
     def fallback(self, ctx: PlanningContext) -> Plan | None:
         """The reference itself, run as a candidate: the job's last resort for a correct kernel
         when its limits stop the search before anything else was correct."""
-        if ctx.analysis is None:
+        analysis = ctx.analysis
+        if analysis is None:
             return None
-        anchor = next((o for o in options_for(Analysis.from_dict(ctx.analysis)) if o.strategy == "reference_copy"), None)
+        anchor = next((o for o in options_for(analysis) if o.strategy == "reference_copy"), None)
         if anchor is None:
             return None
-        return self._plan(anchor, Analysis.from_dict(ctx.analysis), "a limit stopped the search with no correct candidate: ")
+        return self._plan(anchor, analysis, "a limit stopped the search with no correct candidate: ")
 
     def _kb_reuse(self, ctx: PlanningContext, tried: set[str], evaluated: set[str]) -> Plan | None:
         # The most similar first (this workload's own kernels before the same computation at
@@ -249,15 +250,16 @@ def offline_candidate(ctx: PlanningContext, params: dict, label: str) -> str:
     # The workload's computation only: its harness (input builders, metadata) is not candidate code.
     source = candidate_base(ctx.workload_source)
     if params.get("wrapper") in KERNEL_WRAPPERS:
-        return kernel_candidate_for(source, Analysis.from_dict(ctx.analysis) if ctx.analysis else None, params, label)
+        return kernel_candidate_for(source, ctx.analysis, params, label)
     if params.get("wrapper") == CUDNN_WRAPPER:
         return cudnn_candidate(source, params, label)
+    analysis = ctx.analysis
     return render(
         source,
         params,
-        mutated_inputs=(ctx.analysis or {}).get("mutated_inputs", []),
+        mutated_inputs=analysis.mutated_inputs if analysis else [],
         label=label,
-        row_split=(ctx.analysis or {}).get("row_split"),
+        row_split=analysis.row_split if analysis else None,
     )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import Trajectory
+from kloom.profile import Profile
 from kloom.speedup import NO_CHANGE, measured
-from services.worker.profiler.records import Profile
 from services.worker.profiler.summary import summarise
 
 from .runner import load_trajectories
@@ -46,52 +46,54 @@ def geomean(values: list[float]) -> float | None:
 #: Where a batch directory keeps profiles taken after the batch (``benchmarks/profile_gpu.py
 #: --best-under-floor DIR`` writes there), matched to a job's best step by candidate hash.
 PROFILES_DIR = "profiles"
+#: (workload, world size, candidate sha256) -> (file name, profile): what ``profile_records`` finds.
+ProfileRecords = dict[tuple[str, int, str], tuple[str, Profile]]
 
 
-def profile_records(out: str | Path) -> dict[tuple[str, int, str], tuple[str, dict]]:
+def profile_records(out: str | Path) -> ProfileRecords:
     """Profiles of candidates kept under ``out/profiles``: (workload, world size, candidate sha256)
-    -> (file name, profile). A profile of every rank is preferred to one of rank 0."""
-    found: dict[tuple[str, int, str], tuple[str, dict]] = {}
+    -> (file name, profile). A profile of every rank is preferred to one of rank 0; a file that
+    holds no readable profile is skipped."""
+    found: ProfileRecords = {}
     for path in sorted(Path(out, PROFILES_DIR).glob("*.json"), key=lambda p: "ranks-all" in p.name):
         try:
-            profile = json.loads(path.read_text()).get("profile") or {}
-        except (OSError, ValueError, AttributeError):
+            stored = json.loads(path.read_text()).get("profile")
+            profile = Profile.from_dict(stored) if stored else None
+        except (OSError, ValueError, TypeError, AttributeError):
             continue
-        if profile.get("candidate_sha256") and profile.get("summary"):
-            name = Path(str(profile.get("workload") or "")).stem  # profiles name the workload by its file
-            found[(name, int(profile.get("world_size") or 0), profile["candidate_sha256"])] = (path.name, profile)
+        if profile is not None and profile.candidate_sha256 and profile.summary:
+            name = Path(profile.workload).stem  # profiles name the workload by its file
+            found[(name, profile.world_size, profile.candidate_sha256)] = (path.name, profile)
     return found
 
 
-def _summary_line(profile: dict) -> str:
-    """A stored profile's summary on one line, written again by today's summariser where the
-    record can be read back (older profiles gain the verdict line), else as stored."""
+def _summary_line(profile: Profile) -> str:
+    """A profile's summary on one line, written again by today's summariser (older profiles gain
+    the verdict line) where it can read the record, else as stored."""
     try:
-        summary = summarise(Profile.from_dict(profile))
+        summary = summarise(profile)
     except (TypeError, ValueError, KeyError, AttributeError):
-        summary = profile["summary"]
-    return ". ".join(summary) if isinstance(summary, list) else ". ".join(str(summary).splitlines())
+        summary = profile.summary
+    return ". ".join(summary.splitlines())
 
 
-def _bottleneck(traj: Trajectory, records: dict | None = None) -> str:
+def _bottleneck(traj: Trajectory, records: ProfileRecords | None = None) -> str:
     """What the best (or last) step's profile says bounds the kernel, in a line; else a profile
     of the best kernel taken after the batch (``records``: ``profile_records``)."""
     best = traj.best_step
     for step in ([best] if best else []) + list(reversed(traj.steps)):
-        profile = step.profile if step else None
-        if profile and profile.get("summary"):
-            return _summary_line(profile)
+        if step.profile is not None and step.profile.summary:
+            return _summary_line(step.profile)
     if best and records:
         hit = records.get((traj.workload_name, traj.job.world_size, best.candidate_sha256))
         if hit:
             return f"profile of the best kernel ({PROFILES_DIR}/{hit[0]}): {_summary_line(hit[1])}"
-    roofline = (traj.analysis or {})
-    if roofline.get("dominant"):
-        return f"no profile; the roofline says {roofline['dominant']}-bound"
+    if traj.analysis is not None and traj.analysis.dominant:
+        return f"no profile; the roofline says {traj.analysis.dominant}-bound"
     return "no profile recorded"
 
 
-def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
+def report_row(traj: Trajectory, records: ProfileRecords | None = None) -> dict[str, Any]:
     """One workload's line of a batch report (shared by `kloom bench` and the API)."""
     best = traj.best_step
     m = measured(best.timing) if best else None
@@ -132,7 +134,7 @@ def report_row(traj: Trajectory, records: dict | None = None) -> dict[str, Any]:
         "flags": sorted({f for s in traj.steps if s.correct and s.evaluation for f in s.evaluation.flags}),
         "bottleneck": _bottleneck(traj, records),
         # Why the reference could not be traced: its job was planned without the structure.
-        "trace_error": (traj.analysis or {}).get("trace_error", ""),
+        "trace_error": traj.analysis.trace_error if traj.analysis else "",
     }
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from agents.analysis import Analysis
 from agents.limits import Budget
 from agents.strategist.embed import runtime_file
 from agents.records import JobSpec, Limits
 from agents.roles import PlanningContext
 
 
-def planning_context(path: Path, analysis: dict) -> PlanningContext:
+def planning_context(path: Path, analysis: Analysis) -> PlanningContext:
     """A fresh job's context for the workload at ``path`` (world size 2, four candidates)."""
     spec = JobSpec(workload=str(path), world_size=2, limits=Limits(max_iters=4))
     return PlanningContext(

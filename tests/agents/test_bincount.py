@@ -116,7 +116,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
         traces = evaluator.analyze(path, world_size=2)
         analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=None)
         analysis.source_rewrites = source_rewrites(path.read_text())
-        plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
+        plan, _ = OfflinePlanner().plan(planning_context(path, analysis))
         assert plan.strategy == "few_bin_count", (path.name, plan.strategy)
 
 

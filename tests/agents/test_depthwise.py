@@ -232,7 +232,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
         for device in ("cpu", "cuda"):
             analysis = build_analysis(traces, family="x", world_size=2, device=device, baseline=None)
             analysis.source_rewrites = source_rewrites(path.read_text())  # as the loop does
-            plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
+            plan, _ = OfflinePlanner().plan(planning_context(path, analysis))
             assert plan.strategy == "depthwise_conv_compiled", (path.name, device, plan.strategy)
             plans.append((device, plan.strategy, plan.params))
     assert plans[:2] == plans[2:]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from agent_helpers import planning_context
 
-from agents.analysis import Analysis, build_analysis
+from agents.analysis import build_analysis
 from agents.records import Plan, Step
 from agents.roles import KBAdvice, KernelHint, StrategyHint
 from agents.strategist import OfflinePlanner
@@ -29,13 +29,13 @@ def cross_entropy(evaluator):
     path = Path(find("vocab_parallel_cross_entropy").path)
     analysis = build_analysis(evaluator.analyze(path, world_size=2), family="vocab_parallel", world_size=2, device="cpu", baseline=None)
     analysis.source_rewrites = source_rewrites(path.read_text())  # as the loop does
-    return path, analysis.to_dict()
+    return path, analysis
 
 
 @pytest.fixture(scope="module")
 def catalog_order(cross_entropy):
     """The catalog's own order of the options (the reference apart)."""
-    order = [o.strategy for o in options_for(Analysis.from_dict(cross_entropy[1])) if o.strategy != "reference_copy"]
+    order = [o.strategy for o in options_for(cross_entropy[1]) if o.strategy != "reference_copy"]
     assert set(order) == OPTIONS
     return order
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.analysis import build_analysis
+from agents.analysis import Analysis, build_analysis
 from agents.limits import Budget
 from agents.loop import run_job
 from agents.sinks import FileSink
@@ -36,10 +36,10 @@ def test_optimize_three_suite_workloads_offline(tmp_path):
         assert traj.state == "succeeded" and traj.best_step is not None
         assert traj.best_step.evaluation.correct
         assert (out / "best_kernel.py").read_text() == traj.best_step.candidate_code
-        assert traj.analysis["collectives"], "the trace found the reference's collectives"
+        assert traj.analysis.collectives, "the trace found the reference's collectives"
 
 
-def _context(spec: JobSpec, source: str, analysis: dict, history=()) -> PlanningContext:
+def _context(spec: JobSpec, source: str, analysis: Analysis, history=()) -> PlanningContext:
     return PlanningContext(
         spec=spec,
         workload_source=source,
@@ -59,7 +59,7 @@ def test_plans_come_from_structure_not_name(evaluator, tmp_path):
     plans = []
     for path in (original, renamed):
         traces = evaluator.analyze(path, world_size=2)
-        analysis = build_analysis(traces, family="x", world_size=2, device="cpu", baseline=None).to_dict()
+        analysis = build_analysis(traces, family="x", world_size=2, device="cpu", baseline=None)
         spec = JobSpec(workload=str(path), world_size=2, limits=Limits(max_iters=4))
         plan, _ = OfflinePlanner().plan(_context(spec, path.read_text(), analysis))
         plans.append((plan.strategy, plan.params))
@@ -70,13 +70,12 @@ def test_every_offline_candidate_passes_the_static_checker(evaluator):
     """The coder writes candidates the evaluator accepts for every wrapper it knows."""
     path = Path(find("tp_allreduce_residual_rmsnorm").path)
     traces = evaluator.analyze(path, world_size=2)
-    analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=None).to_dict()
+    analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=None)
     spec = JobSpec(workload=str(path), world_size=2, device="cuda", limits=Limits(max_iters=20))
     ctx = _context(spec, path.read_text(), analysis)
-    from agents.analysis import Analysis
     from agents.strategist.catalog import options_for
 
-    options = options_for(Analysis.from_dict(analysis))
+    options = options_for(analysis)
     assert {o.strategy for o in options} >= {"cuda_graph", "torch_compile", "compile_cuda_graph", "symm_mem_allreduce", "row_chunk_overlap"}
     for option in options:
         from agents.records import Plan

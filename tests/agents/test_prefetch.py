@@ -318,7 +318,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(evaluator, tmp_path):
         traces = evaluator.analyze(path, world_size=2)
         analysis = build_analysis(traces, family="x", world_size=2, device="cuda", baseline=baseline)
         analysis.source_rewrites = source_rewrites(path.read_text())  # as the loop does
-        plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
+        plan, _ = OfflinePlanner().plan(planning_context(path, analysis))
         assert plan.strategy == "prefetch_exchange", (path.name, plan.strategy)
         plans.append((plan.strategy, plan.params))
         cpu = build_analysis(traces, family="x", world_size=2, device="cpu", baseline=baseline)

@@ -142,7 +142,7 @@ def test_the_strategist_proposes_it_by_structure_not_name(tmp_path, evaluator, t
             else:  # a reference the tracer cannot follow: the loop plans from the untraced analysis
                 analysis = untraced_analysis("not traced", family="x", world_size=2, device=device, baseline=baseline)
             analysis.source_rewrites = source_rewrites(path.read_text())
-            plan, _ = OfflinePlanner().plan(planning_context(path, analysis.to_dict()))
+            plan, _ = OfflinePlanner().plan(planning_context(path, analysis))
             assert (plan.strategy == "split_causal_attention") == (device == "cuda"), (path.name, device, plan.strategy)
 
 

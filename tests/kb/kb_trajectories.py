@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.analysis import Analysis
 from agents.records import JobSpec, Limits, Plan, Step, Trajectory, Usage
 from kloom.evaluation import (
     BaselineResult,
@@ -17,7 +18,12 @@ from kloom.evaluation import (
     TimingRecord,
     TrialRecord,
 )
+from kloom.profile import KernelStat
 from kloom.roofline.model import RooflineRecord
+from tests import eval_records
+
+#: The kernel a step's profile names.
+ALLGATHER = KernelStat("ncclDevKernel_AllGather", calls=1, total_us=400.0, mean_us=400.0, share=1.0, communication=True, category="communication")
 
 
 @dataclass
@@ -51,19 +57,18 @@ class Workload:
         text = self.source or f"{self.name}|{self.input_shapes}|{self.dtypes}"
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def analysis(self, device: str) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "world_size": self.world_size,
-            "device": device,
-            "collectives": sorted(self.collectives),
-            "ops": sorted(self.ops),
-            "input_shapes": [list(s) for s in self.input_shapes],
-            "dtypes": list(self.dtypes),
-            "dominant": self.dominant,
-            "total_input_bytes": self.input_bytes,
-            "host_syncs": 0,
-        }
+    def analysis(self, device: str) -> Analysis:
+        return eval_records.analysis(
+            family=self.family,
+            world_size=self.world_size,
+            device=device,
+            collectives=sorted(self.collectives),
+            ops=sorted(self.ops),
+            input_shapes=[list(s) for s in self.input_shapes],
+            dtypes=list(self.dtypes),
+            dominant=self.dominant,
+            total_input_bytes=self.input_bytes,
+        )
 
 
 def tp_source(tokens: int, world_sizes: tuple[int, ...] = (2, 4, 8)) -> str:
@@ -215,7 +220,7 @@ def trajectory(
                 candidate_code=code,
                 candidate_sha256=sha,
                 evaluation=None if code is None else evaluation(w, t, sha, device=device, gpu=gpu, reference_ms=reference_ms),
-                profile={"summary": t.profile, "kernels": [{"name": "ncclDevKernel_AllGather", "ms": 0.4}]} if t.profile else None,
+                profile=eval_records.profile(t.profile, workload=w.name, world_size=w.world_size, device=device, kernels=[ALLGATHER]) if t.profile else None,
                 feedback="",
                 error=f"{t.strategy} does not apply: no collective to overlap" if t.status == "coder_failed" else "",
                 usage=Usage(model="offline"),

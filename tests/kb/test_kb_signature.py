@@ -9,6 +9,7 @@ from kb.confidence import weighted_confidence, wilson_lower_bound
 from kb.embeddings import LexicalEmbedder, cosine, default_embedder, tokens
 from kb.signature import Signature, similarity
 from kb.advice import MIN_SIMILARITY
+from tests import eval_records
 from tests.kb.kb_trajectories import Tried, Workload, tp_source, trajectory
 
 TP = Workload()
@@ -40,10 +41,17 @@ def test_size_world_size_structure_and_hardware_each_lower_similarity():
 def test_a_signature_survives_json_and_tolerates_missing_keys():
     s = sig(TP)
     assert Signature.from_dict(s.to_dict()) == s
-    bare = Signature.from_analysis({"ops": ["aten::mm", "aten::mm"]}, device="cpu", world_size=2)
-    assert (bare.family, bare.world_size, bare.ops, bare.total_input_bytes) == ("", 2, ("aten::mm", "aten::mm"), 0)
-    assert Signature.from_analysis(None).world_size == 1
+    bare = Signature.from_dict({"ops": ["aten::mm", "aten::mm"], "world_size": 2})
+    assert (bare.family, bare.world_size, bare.device, bare.ops, bare.total_input_bytes) == ("", 2, "cpu", ("aten::mm", "aten::mm"), 0)
+    assert Signature.from_analysis(None).world_size == 1 and Signature.from_dict(None) == Signature.from_analysis(None)
     assert 0 <= similarity(bare, s).score <= 1
+
+
+def test_what_an_analysis_leaves_unknown_the_keywords_fill_in():
+    untraced = eval_records.analysis(family="", world_size=0, ops=["aten::mm", "aten::mm"], dtypes=["torch.bfloat16"])
+    s = Signature.from_analysis(untraced, device="cuda", gpu="NVIDIA H200", family="tensor_parallel", world_size=4, dominant="link")
+    assert (s.family, s.world_size, s.dominant, s.ops, s.dtypes) == ("tensor_parallel", 4, "link", ("aten::mm", "aten::mm"), ("bfloat16",))
+    assert (s.device, s.gpu) == ("cuda", "NVIDIA H200")
 
 
 def test_the_signature_of_a_trajectory_takes_the_gpu_and_backend_from_its_evaluations():

@@ -109,7 +109,7 @@ def job_trajectory(job_id: str, key: CurrentKey, session: SessionDep) -> Traject
         state=job.state,
         stop_reason=job.stop_reason,
         baseline=baseline.to_dict() if baseline else None,
-        analysis=traj.analysis,
+        analysis=traj.analysis.to_dict() if traj.analysis else None,
         reference_ms=reference_ms,
         floor_ms=floor_ms,
         dominant=roofline.dominant if roofline else None,

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Callable
 
 from .profiling import profile
+from .records import Profile
 from .settings import ProfileSettings
 
 
-def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int] | None = None) -> Callable[..., dict] | None:
+def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int] | None = None) -> Callable[..., Profile] | None:
     """A profiler for the policy ``new_best`` or ``every_correct`` (None for ``none``), on the
     evaluator's ``devices``. ``shapes`` None: the device's default (gpu on cuda, ci on cpu).
 
@@ -22,7 +23,7 @@ def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int
     settings.shapes = shapes or ("gpu" if device == "cuda" else "ci")
     settings.devices = devices
 
-    def run(workload: str, code: str, *, world_size: int, device: str) -> dict:
-        return profile(workload, code, world_size=world_size, device=device, settings=settings).to_dict()
+    def run(workload: str, code: str, *, world_size: int, device: str) -> Profile:
+        return profile(workload, code, world_size=world_size, device=device, settings=settings)
 
     return run

@@ -8,7 +8,8 @@ that no compute interval covers, i.e. the time the rank does nothing but wait on
 
 Names are classified by plain, case-insensitive substrings so that the same list drives both the
 Python classification here and the regular expression that keeps such kernels out of Nsight
-Compute's kernel replay (``ncu_exclusion_regex``). Imports the standard library only.
+Compute's kernel replay (``ncu_exclusion_regex``). Imports the standard library and the core's
+profile records (``kloom.profile.Breakdown``, what ``breakdown`` returns) only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from kloom.profile import Breakdown
 
 Interval = tuple[float, float]
 
@@ -141,29 +144,6 @@ def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
         if cursor < end:
             out.append((cursor, end))
     return out
-
-
-@dataclass
-class Breakdown:
-    """One rank's profiled window, in microseconds."""
-
-    window_us: float
-    busy_us: float
-    compute_us: float
-    communication_us: float
-    exposed_communication_us: float
-
-    @property
-    def communication_share(self) -> float:
-        return self.communication_us / self.busy_us if self.busy_us > 0 else 0.0
-
-    @property
-    def exposed_share(self) -> float:
-        return self.exposed_communication_us / self.busy_us if self.busy_us > 0 else 0.0
-
-    @property
-    def idle_share(self) -> float:
-        return max(0.0, self.window_us - self.busy_us) / self.window_us if self.window_us > 0 else 0.0
 
 
 def breakdown(

@@ -6,8 +6,8 @@ from agents.limits import Budget
 from agents.records import JobSpec, Limits, Plan, Step
 from agents.roles import FailureHint, KBAdvice, KernelHint, PlanningContext, StrategyHint
 from kloom.evaluation import ErrorInfo
+from tests.eval_records import analysis, evaluation, profile, roofline, timing
 from tests.eval_records import baseline as baseline_record
-from tests.eval_records import evaluation, roofline, timing
 
 WORKLOAD = '''import os
 import torch
@@ -72,7 +72,7 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
                 status="correct",
                 candidate_code=BEST_CODE,
                 evaluation=evaluation(timing=timing(1.42, 0.31), roofline=roofline("link", 0.0372, fraction_of_floor=0.12)),
-                profile={"summary": "92% of the time in gloo allgather; matmul 6%"},
+                profile=profile("92% of the time in gloo allgather; matmul 6%"),
                 feedback="correct, 1.42x; communication still dominates",
             ),
             Step(
@@ -117,7 +117,7 @@ def planning_context(budget: Budget | None = None, *, history: bool = True, kb: 
         spec=spec,
         workload_source=WORKLOAD,
         workload_name="ag_matmul",
-        analysis={"summary": "all_gather then matmul (tensor-parallel column GEMM)", "collectives": ["all_gather"]} if history else None,
+        analysis=analysis(family="tensor_parallel", collectives=["allgather"], patterns=["collective_then_matmul"]) if history else None,
         baseline=(
             baseline_record(
                 0.44,

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from agents.analysis import build_analysis
+from agents.analysis import Analysis, build_analysis
 from agents.limits import Budget
 from agents.llm import LLMCoder, LLMPlanner
 from agents.loop import run_job
@@ -90,7 +90,7 @@ def interpreter(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _analysis(n: int) -> dict:
+def _analysis(n: int) -> Analysis:
     namespace: dict = {}
     exec(compile(WORKLOAD.format(n=n), "<workload>", "exec"), namespace)  # the test's own workload
     inputs = namespace["get_inputs"]()
@@ -99,7 +99,7 @@ def _analysis(n: int) -> dict:
         input_shapes=[list(x.shape) for x in inputs], input_dtypes=["float32"] * 2, input_bytes=sum(x.numel() * 4 for x in inputs),
         param_bytes=0, mutated_inputs=[], roofline=None,
     )
-    return build_analysis([trace], family="x", world_size=1, device="cpu", baseline=None).to_dict()
+    return build_analysis([trace], family="x", world_size=1, device="cpu", baseline=None)
 
 
 def test_the_coder_prompt_carries_the_applicable_templates_and_kept_kernels(make_client, tmp_path):

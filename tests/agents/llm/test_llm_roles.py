@@ -38,6 +38,7 @@ def test_planner_returns_the_models_plan_and_its_usage(server, make_client):
 
     user = _sent(server, "user")
     assert WORKLOAD.strip() in user
+    assert '- collectives: ["allgather"]' in user and "- patterns: " in user and "- family: tensor_parallel" in user  # the analysis
     assert "dominant term: **link**" in user and "0.021 ms" in user and "0.44 ms" in user
     assert "step 1: `overlap_chunks`" in user and "the gathered buffer is never filled" in user
     assert "speedup 1.42x" in user and "92% of the time in gloo allgather" in user

@@ -60,7 +60,7 @@ def test_candidates_are_correct_under_the_real_evaluator(interpreted_evaluator, 
     shutil.copy(WORKLOADS / f"{name}.py", path)
     traces = interpreted_evaluator.analyze(path, world_size=1)
     analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
-    ctx = planning_context(path, analysis.to_dict())
+    ctx = planning_context(path, analysis)
     plan, _ = OfflinePlanner().plan(ctx)
     assert plan.strategy == STRATEGY, plan
     code = OfflineCoder().write(plan, ctx).code
@@ -87,7 +87,7 @@ def _kept(strategy: str, *, exact: bool) -> KernelHint:
 def test_a_kept_kernel_candidate_is_reused_only_on_its_own_workload(interpret, tmp_path):
     path = tmp_path / "w.py"
     shutil.copy(WORKLOADS / "softmax_rows.py", path)
-    ctx = planning_context(path, _analysis("softmax_rows").to_dict())
+    ctx = planning_context(path, _analysis("softmax_rows"))
     ctx.kb = KBAdvice(kernels=[_kept(STRATEGY, exact=False)])
     plan, _ = OfflinePlanner().plan(ctx)
     assert plan.strategy == STRATEGY and plan.source == "offline", "a similar workload's shape-guarded code is not reused"
