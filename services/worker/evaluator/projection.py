@@ -12,7 +12,8 @@ atol + rtol * |w_j|``, so by Hoeffding ``|p_c - p_r| > K * b`` with probability 
 more. ``s`` bounds float64's rounding of the sums (``ROUNDING``).
 
 Elements are read in chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so
-no buffer of the outputs' full size is made; complex leaves are read as their real view, bool
+no buffer of the outputs' full size is made (on a GPU one Triton kernel per piece hashes the
+indices in registers instead: ``projection_kernel.py``); complex leaves are read as their real view, bool
 and integer leaves as float64 (their tolerance is 0: exact). Non-tensor leaves are skipped.
 """
 
@@ -28,6 +29,10 @@ import torch
 #: of this many elements (8 MiB each, about 32 MiB at most while signs are hashed), outside the
 #: device-memory account of either side.
 CHUNK = 1 << 20
+#: On a GPU: elements per kernel launch of a contiguous leaf (read in place), and per copied piece
+#: of a strided one (the only scratch there, besides a float64 triple per 4096 elements).
+GPU_PIECE = 1 << 26
+GPU_COPY = 1 << 22
 #: Signs kept between the calls of a block, in elements (small leaves hash their indices once).
 SIGN_CACHE = CHUNK
 #: Relative float64 rounding allowed on ``sum_j r_j w_j`` (times ``s``), plus an absolute floor.
@@ -163,12 +168,33 @@ class Projector:
     def leaf(self, position: int, t: torch.Tensor) -> torch.Tensor:
         """(p, s, q) of one tensor leaf, float64 on its device."""
         t = t.detach()
+        if t.is_cuda and self.device.type == "cuda":
+            return self._leaf_on_gpu(position, t)
         parts = []
         for start, x in _real_chunks(t, self.chunk, self.device):
             r = self._r(position, start, x.numel())
             parts.append(torch.stack([torch.dot(x, r), torch.linalg.vector_norm(x, 1), torch.dot(x, x)]))
         if not parts:
             return torch.zeros(3, dtype=torch.float64, device=self.device)
+        return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+
+    def _leaf_on_gpu(self, position: int, t: torch.Tensor) -> torch.Tensor:
+        """``leaf`` by one Triton kernel per piece (``projection_kernel``): the same numbers, with
+        no sign or float64 buffers (a contiguous leaf is read in place)."""
+        from .projection_kernel import project_piece
+
+        if t.is_complex():
+            t = torch.view_as_real(t.resolve_conj().resolve_neg())
+        parts = []
+        for start, piece in _chunks(t, GPU_PIECE if t.is_contiguous() else GPU_COPY):
+            done, n = 0, piece.numel()
+            while done < n:  # pieces that do not cross a multiple of 2**32 (the key holds the upper bits)
+                first = start + done
+                size = min(n - done, (((first >> 32) + 1) << 32) - first)
+                parts.append(project_piece(piece[done:done + size], first & _MASK, _key(self.seed, position, first >> 32)))
+                done += size
+        if not parts:
+            return torch.zeros(3, dtype=torch.float64, device=t.device)
         return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
 
     def add(self, leaves: list[Any]) -> None:
@@ -284,3 +310,9 @@ def shape_problem(got: Projections, want: Projections) -> str:
         if a != b:
             return f"timed call {call}: {a} projections for {b} tensor outputs"
     return ""
+
+
+def warm(device: torch.device) -> None:
+    """Compile the GPU projection before anything is timed (its first call compiles the kernel)."""
+    if device.type == "cuda":
+        project([torch.zeros(8, device=device)], seed=1)

@@ -1,0 +1,69 @@
+"""The GPU projection (``projection_kernel.py``, one Triton kernel per piece) computes the numbers
+the CPU's tensor code does: on the CPU through Triton's interpreter, on a GPU against the CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+INTERPRETED = r'''
+import torch
+from services.worker.evaluator import projection as P
+from services.worker.evaluator.projection_kernel import project_piece
+
+g = torch.Generator().manual_seed(5)
+for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn):
+    if dtype == torch.bool:
+        x = torch.rand(9000, generator=g) > 0.5
+    elif not dtype.is_floating_point:
+        x = torch.randint(-40, 40, (9000,), generator=g).to(dtype)
+    else:
+        x = (4 * torch.randn(9000, generator=g)).to(dtype)
+    wide = x.to(torch.float32).to(torch.float64)
+    for start in (0, 4095, (1 << 32) - 9000):
+        for seed, leaf in ((1, 0), (987654321, 3)):
+            got = project_piece(x, start, P._key(seed, leaf, 0))
+            r = P.signs(seed, leaf, start, x.numel())
+            want = torch.stack([torch.dot(wide, r), wide.abs().sum(), torch.dot(wide, wide)])
+            assert torch.allclose(got, want, rtol=1e-12, atol=1e-9), (dtype, start, seed, got.tolist(), want.tolist())
+            wrong = project_piece(x, start, P._key(seed + 1, leaf, 0))
+            assert abs(float(wrong[0] - want[0])) > 1e-6 or float(want[1]) == 0.0, "a key that changes nothing"
+print("same")
+'''
+
+
+def test_the_kernel_hashes_and_sums_as_the_cpu_does_interpreted():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "same" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["contiguous", "strided", "complex", "pieces", "fp8"])
+def test_the_gpu_projection_equals_the_cpus(monkeypatch, case):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    from services.worker.evaluator import projection as P
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(300, 257, generator=g)
+    if case == "strided":
+        x = x.t()[:, ::2]
+    elif case == "complex":
+        x = torch.randn(300, 257, dtype=torch.complex64, generator=g).conj()
+    elif case == "pieces":
+        monkeypatch.setattr(P, "GPU_PIECE", 1000)
+    elif case == "fp8":
+        x = x.to(torch.float8_e4m3fn)
+    table = {torch.float32: (1e-4, 1e-4), torch.complex64: (1e-4, 1e-4), torch.float8_e4m3fn: (0.1, 0.125)}
+    cpu = P.project([x, 3, x[:5]], seed=77, tolerance=table)
+    gpu = P.project([x.cuda(), 3, x[:5].cuda()], seed=77, tolerance=table)
+    for a, b in zip(cpu.p + cpu.bound + cpu.total, gpu.p + gpu.bound + gpu.total):
+        assert a == pytest.approx(b, rel=1e-10, abs=1e-9)
