@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from . import shared
 from .shared import Blob, BlobRef
@@ -58,16 +59,13 @@ class _Outgoing:
         return {_MARK: self.index[key], "offset": ref.offset, "nbytes": ref.nbytes, "dtype": ref.dtype, "shape": list(ref.shape)}
 
     def encode(self, value: Any) -> Any:
+        return pytree.tree_map(self._leaf, value)
+
+    def _leaf(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.numel() * value.element_size() >= SHARE_MIN_BYTES:
             return self.tensor(value)
         if isinstance(value, BlobRef):
             return self.ref(value)
-        if isinstance(value, dict):
-            return {k: self.encode(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.encode(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(self.encode(v) for v in value)
         return value
 
     def finish(self) -> tuple[list[int], Blob | None]:
@@ -154,10 +152,13 @@ def _ref(mark: dict, blobs: list[Blob]) -> BlobRef:
     return BlobRef.checked(blobs[slot], mark.get("offset"), mark.get("nbytes"), mark.get("dtype"), mark.get("shape"))
 
 
-def _received(conn: Connection, lazy: bool) -> Any:
+def _received(conn: Connection, lazy: bool) -> dict[str, Any]:
     body, blobs = _recv(conn)
     try:
-        return _decode(body, blobs, lazy)
+        message = _decode(body, blobs, lazy)
+        if not isinstance(message, dict):
+            raise ValueError(f"a message of {type(message).__name__}, not a dict")
+        return message
     except BaseException:
         lazy = False
         raise
@@ -174,10 +175,7 @@ def send_command(conn: Connection, message: dict[str, Any]) -> None:
 
 def recv_command(conn: Connection) -> dict[str, Any]:
     """In a rank: the command, every shared tensor mapped (copy on write) from its file."""
-    message = _received(conn, lazy=False)
-    if not isinstance(message, dict):
-        raise ValueError(f"a command of {type(message).__name__}")
-    return message
+    return _received(conn, lazy=False)
 
 
 def send_reply(conn: Connection, message: dict[str, Any]) -> None:
@@ -187,33 +185,9 @@ def send_reply(conn: Connection, message: dict[str, Any]) -> None:
 def recv_reply(conn: Connection) -> dict[str, Any]:
     """In the pool: the reply, shared tensors left in their files (``BlobRef``) to pass on;
     ``materialize`` reads them where their values are wanted here."""
-    reply = _received(conn, lazy=True)
-    if not isinstance(reply, dict):
-        for ref in _refs(reply):
-            ref.blob.close()
-        raise ValueError(f"a rank replied with {type(reply).__name__}, not a message")
-    return reply
-
-
-def _refs(value: Any):
-    if isinstance(value, BlobRef):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _refs(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _refs(v)
+    return _received(conn, lazy=True)
 
 
 def materialize(value: Any) -> Any:
     """``value`` with every ``BlobRef`` read into a tensor of its own."""
-    if isinstance(value, BlobRef):
-        return value.tensor()
-    if isinstance(value, dict):
-        return {k: materialize(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [materialize(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(materialize(v) for v in value)
-    return value
+    return pytree.tree_map(lambda x: x.tensor() if isinstance(x, BlobRef) else x, value)
