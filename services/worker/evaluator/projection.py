@@ -70,17 +70,31 @@ def signs(seed: int, leaf: int, start: int, n: int, device: torch.device | str =
     out = torch.empty(n, dtype=torch.float64, device=device)
     x = torch.empty(n, dtype=torch.int64, device=device)
     tmp = torch.empty(n, dtype=torch.int64, device=device)
-    done = 0
-    while done < n:  # pieces that do not cross a multiple of 2**32 (the key holds the upper bits)
-        first = start + done
-        size = min(n - done, (((first >> 32) + 1) << 32) - first)
+    for done, size, first in _spans(start, n):
         low = first & _MASK
         piece = torch.arange(low, low + size, dtype=torch.int64, device=device, out=x[:size])
         piece.bitwise_xor_(_key(seed, leaf, first >> 32))
         _mix(piece, tmp[:size]).bitwise_right_shift_(31)  # the top bit of the 32
         out[done:done + size].copy_(piece).mul_(-2.0).add_(1.0)
-        done += size
     return out
+
+
+def _spans(start: int, n: int) -> Iterator[tuple[int, int, int]]:
+    """(offset, size, first index) of the spans of indices ``start`` .. ``start + n - 1`` that do
+    not cross a multiple of 2**32 (a span's key holds the indices' upper bits)."""
+    done = 0
+    while done < n:
+        first = start + done
+        size = min(n - done, (((first >> 32) + 1) << 32) - first)
+        yield done, size, first
+        done += size
+
+
+def _total(parts: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The sum of a leaf's per-piece (p, s, q)."""
+    if not parts:
+        return torch.zeros(3, dtype=torch.float64, device=device)
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
 
 
 def _chunks(t: torch.Tensor, limit: int, offset: int = 0) -> Iterator[tuple[int, torch.Tensor]]:
@@ -174,9 +188,7 @@ class Projector:
         for start, x in _real_chunks(t, self.chunk, self.device):
             r = self._r(position, start, x.numel())
             parts.append(torch.stack([torch.dot(x, r), torch.linalg.vector_norm(x, 1), torch.dot(x, x)]))
-        if not parts:
-            return torch.zeros(3, dtype=torch.float64, device=self.device)
-        return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+        return _total(parts, self.device)
 
     def _leaf_on_gpu(self, position: int, t: torch.Tensor) -> torch.Tensor:
         """``leaf`` by one Triton kernel per piece (``projection_kernel``): the same numbers, with
@@ -187,15 +199,9 @@ class Projector:
             t = torch.view_as_real(t.resolve_conj().resolve_neg())
         parts = []
         for start, piece in _chunks(t, GPU_PIECE if t.is_contiguous() else GPU_COPY):
-            done, n = 0, piece.numel()
-            while done < n:  # pieces that do not cross a multiple of 2**32 (the key holds the upper bits)
-                first = start + done
-                size = min(n - done, (((first >> 32) + 1) << 32) - first)
+            for done, size, first in _spans(start, piece.numel()):
                 parts.append(project_piece(piece[done:done + size], first & _MASK, _key(self.seed, position, first >> 32)))
-                done += size
-        if not parts:
-            return torch.zeros(3, dtype=torch.float64, device=t.device)
-        return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
+        return _total(parts, t.device)
 
     def add(self, leaves: list[Any]) -> None:
         """One call's flattened outputs."""
