@@ -151,12 +151,13 @@ class CandidateRank(RankBase):
         self.block_kept = None if leaves is None else (leaves, spec)
 
     def cmd_block_outputs(self) -> dict:
-        """The last timed block's kept outputs (host copies), once; nothing where none were kept."""
+        """The last timed block's kept outputs, once (as they are: the reply copies large ones
+        once, into a shared file, as a trial's); nothing where none were kept."""
         kept, self.block_kept = self.block_kept, None
         if kept is None:
             return {}
         leaves, spec = kept
-        return {"outputs": T.detach_cpu(leaves), "spec": spec}
+        return {"outputs": leaves, "spec": spec}
 
     def cmd_release(self, collect: bool = True) -> dict:
         self.cand, self.timed, self.block_kept = None, None, None
