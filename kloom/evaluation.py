@@ -170,6 +170,9 @@ class MemoryRecord:
     output_bytes: int
     #: Reference + candidate: at most what the two processes of one rank held at once.
     evaluator_peak_bytes: int
+    #: Each side's peak per command ("reference run_trial", "candidate time_block", ...): which
+    #: step held the most (the candidate's own numbers are what its process says).
+    peaks_by_command: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

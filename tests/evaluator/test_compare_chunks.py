@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.worker.evaluator import compare, precision
+from services.worker.evaluator import compare, precision, reference_rank
+from services.worker.evaluator import tensors as T
 from services.worker.evaluator.compare import DEFAULT_TOLERANCE, compare_leaf
 
 
@@ -71,3 +72,33 @@ def test_comparing_a_gib_output_takes_a_few_chunks_of_the_device_not_gibs():
     assert precision.norm_problem(got, want, "fp32", "output 0") == ""
     extra = torch.cuda.max_memory_allocated() - base
     assert ok and extra <= 12 * compare.CHUNK * 8, f"{extra / 2**20:.0f} MiB above the inputs"
+
+
+@pytest.mark.parametrize("dtype, numel", [(torch.float32, 1001), (torch.bfloat16, 999), (torch.uint8, 1003), (torch.float64, 64)])
+def test_bitwise_equality_in_chunks_sees_every_byte(dtype, numel):
+    """``tensors.bitwise_equal`` (the late-write check) compares words a chunk at a time: one bit
+    changed anywhere, in the first, a middle or a short last chunk, is seen; NaN equals the same
+    NaN and -0.0 differs from 0.0, as bytes do."""
+    a = (torch.randn(numel) * 100).to(dtype)
+    assert T.bitwise_equal(a, a.clone(), chunk=7)
+    for where in (0, numel // 2, numel - 1):
+        b = a.clone()
+        b.view(torch.uint8)[where * a.element_size()] ^= 1
+        assert not T.bitwise_equal(a, b, chunk=7), where
+    if dtype.is_floating_point:
+        assert T.bitwise_equal(torch.full((5,), float("nan"), dtype=dtype), torch.full((5,), float("nan"), dtype=dtype), chunk=2)
+        assert not T.bitwise_equal(torch.zeros(5, dtype=dtype), -torch.zeros(5, dtype=dtype), chunk=2)
+    assert not T.bitwise_equal(a, a.clone().reshape(1, -1))
+
+
+def test_the_finite_check_in_chunks_finds_one_bad_value(monkeypatch):
+    monkeypatch.setattr(reference_rank, "CHUNK", 10)
+    x = torch.randn(95)
+    assert reference_rank.finite(x) and reference_rank.finite(x.to(torch.float8_e4m3fn))
+    for bad in (float("nan"), float("inf")):
+        y = x.clone()
+        y[91] = bad
+        assert not reference_rank.finite(y)
+    y[91] = float("nan")  # float8_e4m3fn has no infinity
+    assert not reference_rank.finite(y.to(torch.float8_e4m3fn))
+    assert not reference_rank.finite(torch.complex(x, x.clone().index_fill_(0, torch.tensor([3]), float("nan"))))

@@ -67,3 +67,22 @@ def test_the_memory_limit_holds_on_the_device():
         tight = ev.evaluate(BIG, candidate_source=HONEST_BIG, world_size=1)
     assert tight.status == "resource_limit" and str(MiB) in tight.error.message, tight.summary()
     assert "the reference failed" not in tight.error.message
+
+
+def test_each_side_holds_its_own_peak_and_one_copy_of_the_outputs(tmp_path):
+    """The third-party issue's bound, side by side: the reference's side holds what the
+    reference itself needs (input, relu's temporary, output) and the candidate's outputs it
+    compares; the candidate's side its own (input, output) and the copy it takes at return to
+    see late writes. Nothing of a trial survives into timing or of timing into the next trial."""
+    size = 256 * MiB  # 8192 x 8192 float32, in and out
+    workload = tmp_path / "big_256.py"
+    workload.write_text(BIG.read_text().replace("N = 512 ", "N = 8192 "))
+    with Evaluator("cuda", _settings(), devices=[0]) as ev:
+        result = ev.evaluate(workload, candidate_source=HONEST_BIG, world_size=1)
+    assert result.correct, result.summary()
+    m = result.memory
+    flush = 2 * max(torch.cuda.get_device_properties(0).L2_cache_size, 8 * MiB)
+    slack = 128 * MiB  # the comparison's and the fingerprints' chunks, the projection's partials
+    assert m.reference_peak_bytes <= 3 * size + flush + slack, m.peaks_by_command
+    assert m.candidate_peak_bytes <= 3 * size + flush + slack, m.peaks_by_command
+    assert {"reference run_trial", "reference time_block", "candidate trial", "candidate time_block"} <= set(m.peaks_by_command)

@@ -110,6 +110,11 @@ def test_memory_stays_within_reference_plus_candidate_plus_one_output():
     assert m.reference_peak_bytes <= 3 * MiB  # its input, its output, the candidate's output copy
     assert m.candidate_peak_bytes <= 3 * MiB  # its input, its output and the copy taken at return
     assert m.evaluator_peak_bytes <= m.reference_peak_bytes + m.candidate_peak_bytes + m.output_bytes <= m.limit_bytes
+    # Which step held the most, per side: the largest is the side's peak.
+    steps = m.peaks_by_command
+    assert steps["reference compare"] == 2 * MiB and steps["candidate trial"] == 3 * MiB, steps
+    assert max(v for k, v in steps.items() if k.startswith("reference ")) == m.reference_peak_bytes
+    assert max(v for k, v in steps.items() if k.startswith("candidate ")) == m.candidate_peak_bytes
 
 
 @pytest.mark.parametrize("limit_mib, who", [(1.5, "the reference with its inputs and outputs"), (2.5, "leaving nothing for the candidate")])

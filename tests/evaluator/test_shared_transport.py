@@ -83,6 +83,41 @@ def test_a_message_passed_through_the_judge_arrives_bit_for_bit_and_the_judge_re
     _same(sent, protocol.materialize(held))
 
 
+def test_a_snapshot_is_what_the_tensors_held_when_it_was_taken_and_travels_without_another_copy():
+    """The reference's inputs for the candidate (``protocol.snapshot``, taken before the call,
+    which may mutate them) go into a sealed file at once; the reply passes that file on."""
+    originals = _message()
+    taken = protocol.snapshot(originals)
+    assert isinstance(taken["inputs"][0], BlobRef) and isinstance(taken["small"], torch.Tensor)
+    assert taken["inputs"][0].blob is taken["fp8"].blob  # one file for the whole tree
+    want = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in originals.items() if k not in ("inputs", "half")}
+    want["inputs"] = [x.clone() for x in originals["inputs"]]
+    want["half"] = tuple(x.clone() for x in originals["half"])
+    for x in originals["inputs"]:
+        x.add_(1)  # the call mutates its inputs afterwards
+    originals["small"].mul_(3)
+    originals["inputs"].append(torch.ones(3))  # and the lists it was given
+    a, b = Pipe()
+    protocol.send_reply(a, {"inputs": taken})
+    _same(want, protocol.materialize(protocol.recv_reply(b))["inputs"])
+    _same(want, protocol.materialize(taken))
+
+
+def test_a_packed_message_holds_the_files_it_passes_on_until_it_is_sent():
+    """A rank packs its reply, drops the reply (and its device tensors) and only then sends: the
+    snapshot's file must still be open when its descriptor leaves."""
+    import gc
+
+    x = torch.randn(BIG)
+    reply = {"inputs": protocol.snapshot([x])}
+    packed = protocol.pack(reply)
+    reply = None
+    gc.collect()
+    a, b = Pipe()
+    protocol.send_packed(a, packed)
+    _same([x], protocol.materialize(protocol.recv_reply(b))["inputs"])
+
+
 def test_a_receiver_may_change_what_it_got_without_changing_the_file():
     a, b = Pipe()
     protocol.send_reply(a, {"x": torch.zeros(BIG)})

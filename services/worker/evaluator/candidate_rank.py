@@ -27,12 +27,6 @@ from . import tensors as T
 from .rank import RankBase, model_bytes, seed_everything, seed_for, tensor_bytes
 
 
-def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
-
-
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
@@ -116,6 +110,7 @@ class CandidateRank(RankBase):
             return list(T.to_device(list(self._workload().get_inputs()), self.device))
 
     def cmd_trial(self, inputs: list | None, mutated: list[int], output_sizes: list[int], seed: int = 0) -> dict:
+        self.timed, self.block_kept = None, None  # what timing left: a trial after it needs none of it
         inputs = self._inputs(inputs, seed)
         held = model_bytes(self.cand) + tensor_bytes(inputs)
         self.account(held, "the candidate with its inputs")
@@ -129,7 +124,7 @@ class CandidateRank(RankBase):
         at_return = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
         self.sync()
         self.account(held + 2 * tensor_bytes(leaves), "the candidate with its inputs and outputs")
-        late = [i for i, (a, b) in enumerate(zip(at_return, leaves)) if isinstance(a, torch.Tensor) and not _bitwise_equal(a, b)]
+        late = [i for i, (a, b) in enumerate(zip(at_return, leaves)) if isinstance(a, torch.Tensor) and not T.bitwise_equal(a, b)]
         after = T.fingerprints(inputs)
         unexpected = [i for i, (a, b) in enumerate(zip(fps, after)) if i not in mutated and a != b]
         aliases = [(o, i) for o, leaf in enumerate(leaves) for i, inp in enumerate(inputs)

@@ -100,7 +100,7 @@ def compare_leaf(got: Any, want: Any, tol: dict[torch.dtype, tuple[float, float]
 
 #: Elements compared at a time: the comparison's temporaries stay a few of these wide, whatever
 #: the outputs' size (a GiB output compared whole took several GiB of the device more).
-CHUNK = 1 << 24
+CHUNK = 1 << 22
 
 
 def chunks(got: torch.Tensor, want: torch.Tensor, wide: torch.dtype | None = None):

@@ -14,6 +14,9 @@ from .compare import compare_rank, resolve_tolerance, tolerance_to_names
 from .judge import JudgePools, Stop, Timing, replies_value, stats
 from .pool import Replies
 
+#: Commands of a rank's table of peaks read from one reply (the candidate's is untrusted).
+MAX_COMMANDS = 32
+
 
 class Trials:
     def __init__(self, evaluator, pools: JudgePools, info, source: str, level: str, result: EvalResult):
@@ -28,6 +31,7 @@ class Trials:
         self.world = result.world_size
         self.hang_s = self.s.load_timeout_s  # until the reference's call time is known
         self.peaks = {"reference": 0, "candidate": 0}
+        self.peaks_by_command: dict[str, int] = {}
         self.output_bytes = 0
 
     # The protocol ------------------------------------------------------------------------------
@@ -196,6 +200,12 @@ class Trials:
         peaks = [int(p) for p in replies_value(replies, "peak_bytes", 0)]
         if peaks:
             self.peaks[side] = max(self.peaks[side], max(peaks))
+        for table in replies_value(replies, "peaks_by_command", {}):
+            if isinstance(table, dict):
+                for op, peak in list(table.items())[:MAX_COMMANDS]:
+                    if isinstance(op, str) and isinstance(peak, int) and not isinstance(peak, bool):
+                        key = f"{side} {op[:40]}"
+                        self.peaks_by_command[key] = max(self.peaks_by_command.get(key, 0), peak)
         sizes = [int(b) for b in replies_value(replies, "output_bytes", 0)]
         if sizes:
             self.output_bytes = max(self.output_bytes, max(sizes))
@@ -218,7 +228,8 @@ class Trials:
         limit = self.s.device_memory_limit_bytes
         ref, cand = self.peaks["reference"], self.peaks["candidate"]
         self.result.memory = MemoryRecord(limit_bytes=limit, reference_peak_bytes=ref, candidate_peak_bytes=cand,
-                                          output_bytes=self.output_bytes, evaluator_peak_bytes=ref + cand)
+                                          output_bytes=self.output_bytes, evaluator_peak_bytes=ref + cand,
+                                          peaks_by_command=dict(sorted(self.peaks_by_command.items())))
 
     def _write_candidate(self) -> str:
         directory = Path(self.cand.workdir) / "candidates"

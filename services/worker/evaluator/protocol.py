@@ -41,6 +41,7 @@ class _Outgoing:
         self.writer: shared.Writer | None = None
         self.own_marks: list[dict] = []  # their slot is the own file's, known once all refs are in
         self.fds: list[int] = []
+        self.passed: list[Blob] = []  # the files passed on, held open until the message is sent
         self.index: dict[int, int] = {}  # id(Blob) -> position in fds
 
     def tensor(self, t: torch.Tensor) -> dict:
@@ -56,6 +57,7 @@ class _Outgoing:
         if key not in self.index:
             self.index[key] = len(self.fds)
             self.fds.append(ref.blob.fd)
+            self.passed.append(ref.blob)
         return {_MARK: self.index[key], "offset": ref.offset, "nbytes": ref.nbytes, "dtype": ref.dtype, "shape": list(ref.shape)}
 
     def encode(self, value: Any) -> Any:
@@ -79,20 +81,48 @@ class _Outgoing:
         return self.fds + [own.fd], own
 
 
-def _send(conn: Connection, message: dict[str, Any]) -> None:
+class Packed:
+    """A message ready to go: its bytes, the descriptors that follow them, its own file (closed
+    once sent, or by ``close`` where it is never sent) and the files it passes on (held open
+    until then, whatever becomes of the message they came in)."""
+
+    def __init__(self, data: memoryview, fds: list[int], own: Blob | None, passed: list[Blob]):
+        self.data, self.fds, self.own, self.passed = data, fds, own, passed
+
+    def close(self) -> None:
+        if self.own is not None:
+            self.own.close()
+        self.passed = []
+
+
+def pack(message: dict[str, Any]) -> Packed:
+    """``message`` encoded: its large tensors copied into a sealed file, so that the caller may
+    drop them (and free their device memory) before the message is sent."""
     out = _Outgoing()
     body = out.encode(message)
     fds, own = out.finish()
     try:
         buffer = io.BytesIO()
         torch.save({"body": body, "fds": len(fds)}, buffer)
-        conn.send_bytes(buffer.getbuffer())
-        if fds:
-            with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                socket.send_fds(sock, [b"F"], fds)
-    finally:
+    except BaseException:
         if own is not None:
             own.close()
+        raise
+    return Packed(buffer.getbuffer(), fds, own, out.passed)
+
+
+def send_packed(conn: Connection, packed: Packed) -> None:
+    try:
+        conn.send_bytes(packed.data)
+        if packed.fds:
+            with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                socket.send_fds(sock, [b"F"], packed.fds)
+    finally:
+        packed.close()
+
+
+def _send(conn: Connection, message: dict[str, Any]) -> None:
+    send_packed(conn, pack(message))
 
 
 def _recv(conn: Connection) -> tuple[Any, list[Blob]]:
@@ -186,6 +216,40 @@ def recv_reply(conn: Connection) -> dict[str, Any]:
     """In the pool: the reply, shared tensors left in their files (``BlobRef``) to pass on;
     ``materialize`` reads them where their values are wanted here."""
     return _received(conn, lazy=True)
+
+
+class _Pending:
+    """A large tensor's place in ``snapshot``'s tree until its file is sealed."""
+
+    def __init__(self, offset: int, t: torch.Tensor):
+        self.offset, self.t = offset, t
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of ``value`` taken now, ready to send: its large tensors written into one sealed
+    file (``BlobRef`` in their places; the message that carries them passes the file on without
+    copying again), the small ones copied to the CPU, every container rebuilt. What is later done
+    to the originals (a call that mutates its inputs) does not reach the copy."""
+    writer = shared.Writer()
+
+    def leaf(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.numel() * x.element_size() >= SHARE_MIN_BYTES:
+            return _Pending(writer.add(x), x)
+        return x.detach().to("cpu", copy=True).contiguous()
+
+    tree = pytree.tree_map(leaf, value)
+    if not writer.items:
+        return tree
+    blob = writer.seal()
+
+    def ref(x: Any) -> Any:
+        if not isinstance(x, _Pending):
+            return x
+        return BlobRef(blob, x.offset, x.t.numel() * x.t.element_size(), str(x.t.dtype).removeprefix("torch."), tuple(x.t.shape))
+
+    return pytree.tree_map(ref, tree)
 
 
 def materialize(value: Any) -> Any:

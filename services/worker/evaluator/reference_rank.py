@@ -18,20 +18,24 @@ import torch
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
 from . import precision
+from .protocol import snapshot
 from . import tensors as T
-from .compare import compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
+from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
 from .rank import RankBase, ResourceLimit, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def finite(leaf: torch.Tensor) -> bool:
-    """Whether a floating (fp8 included, upcast) or complex tensor has no NaN or Inf."""
-    if leaf.is_complex():
-        return bool(torch.isfinite(leaf).all())
-    if leaf.element_size() == 1:  # float8 types: isfinite is not implemented for them
-        leaf = leaf.to(torch.float32)
-    return bool(torch.isfinite(leaf).all())
+    """Whether a floating (fp8 included, upcast) or complex tensor has no NaN or Inf (read in
+    chunks: the check's temporaries stay a chunk wide)."""
+    fp8 = leaf.element_size() == 1 and not leaf.is_complex()  # isfinite is not implemented for float8 types
+    flat = leaf.reshape(-1)
+    for start in range(0, flat.numel(), CHUNK):
+        piece = flat[start : start + CHUNK]
+        if not bool(torch.isfinite(piece.to(torch.float32) if fp8 else piece).all()):
+            return False
+    return True
 
 
 def _plain(value) -> bool:
@@ -43,10 +47,11 @@ def _plain(value) -> bool:
 
 
 def _sendable(inputs: list) -> list | None:
-    """CPU copies of the inputs for the candidate's ranks, or None where some input is not a plain
-    value (a process group, a module): those ranks then draw them from the workload with the
+    """Copies of the inputs for the candidate's ranks, taken now (the large ones straight into a
+    sealed file that travels as it is: ``protocol.snapshot``), or None where some input is not a
+    plain value (a process group, a module): those ranks then draw them from the workload with the
     trial's seed, as this rank did."""
-    return T.cpu_tree(list(inputs)) if all(_plain(v) for v in inputs) else None
+    return snapshot(list(inputs)) if all(_plain(v) for v in inputs) else None
 
 
 class ReferenceRank(RankBase):
@@ -119,12 +124,14 @@ class ReferenceRank(RankBase):
         # Plain values (numbers, strings, tensors, lists of them) travel to the candidate's ranks;
         # anything else (a module given as an argument) they draw from the workload themselves.
         plain = all(_plain(v) for v in init)
-        return {"init_args": T.cpu_tree(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
+        return {"init_args": snapshot(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
 
     def cmd_run_trial(self, seed: int, want_roofline: bool = False) -> dict:
         """Draw this trial's inputs, run the reference on them and keep its outputs until
-        ``compare``; the inputs go back (as they were before the call) for the candidate."""
-        self.kept = None
+        ``compare``; the inputs go back (as they were before the call) for the candidate. What
+        timing left (its inputs, a block's kept outputs) goes first: a trial after timing needs
+        none of it, and the device is shared with the candidate's side."""
+        self.kept, self.timed = None, None
         inputs = self._inputs(seed)
         sent = _sendable(inputs)
         before = T.fingerprints(inputs)

@@ -11,6 +11,7 @@ the tensors it was given (a workload that mutates its inputs) without touching t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
@@ -69,12 +70,35 @@ class Writer:
         # Every view of the mapping is gone when this returns, so the mapping can close and the
         # file be sealed against writing (which a live shared writable mapping would refuse).
         whole = torch.frombuffer(mapping, dtype=torch.uint8)
-        for offset, t in self.items:
-            nbytes = t.numel() * t.element_size()
-            target = whole[offset : offset + nbytes].view(t.dtype).view(t.shape)
-            target.copy_(t)
-            del target
+        with _registered(whole, any(t.is_cuda for _, t in self.items)):
+            for offset, t in self.items:
+                nbytes = t.numel() * t.element_size()
+                target = whole[offset : offset + nbytes].view(t.dtype).view(t.shape)
+                target.copy_(t)
+                del target
         del whole
+
+
+@contextlib.contextmanager
+def _registered(host: torch.Tensor, wanted: bool):
+    """``host`` (the file's mapping) registered with CUDA while device tensors are copied into
+    it: the copy goes straight into the file's pages by DMA instead of through a pageable
+    bounce buffer (on an H100, a GiB from the device took 0.95 s; registered, 0.55 s to register,
+    most of it the file's pages coming into being, and 0.02 s to copy:
+    ``benchmarks/gpu/transport_probe.py``). Where registering fails, the copy is made as it is."""
+    done = False
+    if wanted and host.numel():
+        try:
+            code = torch.cuda.cudart().cudaHostRegister(host.data_ptr(), host.numel(), 0)
+            done = int(getattr(code, "value", code)) == 0
+        except (RuntimeError, AttributeError, TypeError, ValueError):
+            done = False
+    try:
+        yield
+    finally:
+        if done:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaHostUnregister(host.data_ptr())
 
 
 class Blob:

@@ -35,13 +35,6 @@ def detach_cpu(leaves: list[Any]) -> list[Any]:
     return out
 
 
-def cpu_tree(value: Any) -> Any:
-    """A copy of ``value`` with every tensor copied to the CPU and every container rebuilt, so that
-    what a call later does to the original (``inputs[i][j] = ...`` in a list it was given) does
-    not reach the copy."""
-    return pytree.tree_map(lambda x: x.detach().to("cpu", copy=True).contiguous() if isinstance(x, torch.Tensor) else x, value)
-
-
 def fingerprint(t: torch.Tensor) -> tuple:
     """An exact, order-sensitive digest of a tensor's bytes, computed where the tensor lives."""
     flat = t.detach().contiguous().view(-1)
@@ -54,13 +47,26 @@ def fingerprint(t: torch.Tensor) -> tuple:
     words32 = raw.view(torch.int32)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     weighted = torch.zeros((), dtype=torch.int64, device=t.device)
-    chunk = 1 << 24  # bounds the int64 temporaries to 128 MiB each
+    chunk = 1 << 20  # bounds the int64 temporaries to 8 MiB each
     for start in range(0, words32.numel(), chunk):
         words = words32[start : start + chunk].to(torch.int64)
         weights = torch.arange(start + 1, start + 1 + words.numel(), device=t.device, dtype=torch.int64) % 65521
         total += words.sum()
         weighted += (words * weights).sum()
     return (tuple(t.shape), str(t.dtype), int(total), int(weighted))
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """Whether two tensors hold the same bytes, compared ``chunk`` words at a time (a whole
+    comparison would make a bool temporary as large as the tensor's element count)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    x, y = a.detach().contiguous().reshape(-1).view(torch.uint8), b.detach().contiguous().reshape(-1).view(torch.uint8)
+    for word in (torch.int64, torch.int32, torch.int16):
+        if x.numel() % word.itemsize == 0:
+            x, y = x.view(word), y.view(word)
+            break
+    return all(torch.equal(x[i : i + chunk], y[i : i + chunk]) for i in range(0, x.numel(), chunk))
 
 
 def fingerprints(values: list[Any]) -> list[tuple | None]:
