@@ -4,10 +4,11 @@ the CPU's signs and projections.
 
     .venv/bin/python benchmarks/projection_cost.py --device cpu --max-log2 24
 
-Prints a Markdown table: ms per call (best of five batches) for the candidate's projection (p, s, q per output) and for
-``out.clone()`` (a memory-bound reference point), at sizes 2^10 .. 2^max-log2 float32 elements.
-Outputs up to ``projection.SIGN_CACHE`` elements hash their signs once per block; larger ones
-hash them in every call.
+Prints a Markdown table: ms per call (best of five batches) for the candidate's projections (the
+linear and the quadratic one, and the power sums s1 .. s4 the bounds come from, per output) and
+for ``out.clone()`` (a memory-bound reference point), at sizes 2^10 .. 2^max-log2 float32
+elements. The signs change with every call, so every call hashes them afresh (in registers on a
+GPU; on the CPU as int64 tensors, chunk by chunk).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ def agree_with_cpu(device: torch.device) -> list[str]:
         here = P.project([t.t()], 99, DEFAULT_TOLERANCE, chunk=1000)
         there = P.project([t.to(device).t()], 99, DEFAULT_TOLERANCE, chunk=1000)
         off = abs(here.p[0][0] - there.p[0][0]) / (here.total[0][0] + 1e-300)
+        off2 = abs(here.p2[0][0] - there.p2[0][0]) / (here.total2[0][0] + 1e-300)
         lines.append(f"{str(dtype):>22}: p cpu {here.p[0][0]:.12g} {device} {there.p[0][0]:.12g} (off {off:.1e} of s); "
-                     f"bound {here.bound[0][0]:.6g} / {there.bound[0][0]:.6g}")
+                     f"p2 cpu {here.p2[0][0]:.12g} {device} {there.p2[0][0]:.12g} (off {off2:.1e} of s2); "
+                     f"bounds {here.bound[0][0]:.6g} / {there.bound[0][0]:.6g}, {here.bound2[0][0]:.6g} / {there.bound2[0][0]:.6g}")
     return lines
 
 

@@ -4,11 +4,13 @@ the reference, the comparison and the clock (``docs/reliability.md``, "The judge
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import pytest
 
-from services.worker.evaluator import EvalSettings, Evaluator
+from services.worker.evaluator import EvalSettings, Evaluator, projection_check
 
 HERE = Path(__file__).parent
 ADVERSARIAL, CANDIDATES, WORKLOADS = HERE / "adversarial", HERE / "candidates", HERE / "workloads"
@@ -23,6 +25,7 @@ CAUGHT = {
     "computes_bf16": ("incorrect", "outside"),
     "hides_timed_outputs": ("rejected", "did not hand back the outputs"),
     "computes_only_last_call": ("incorrect", "computes only some of the timed calls"),
+    "projects_by_shortcut": ("incorrect", "quadratic (signed sum of squares) projection off by"),
 }
 
 
@@ -43,6 +46,21 @@ def test_attack_fails_without_the_static_checker(unfiltered, name):
     result = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / f"{name}.py", world_size=2)
     assert result.status == status, result.summary()
     assert text in _text(result), _text(result)
+
+
+def test_the_linear_shortcut_passed_the_linear_projection_alone(unfiltered, monkeypatch):
+    """``projects_by_shortcut`` against the judge as it was before the quadratic projection (the
+    candidate's quadratic numbers taken as the reference's): every timed call passes and it is
+    credited a speedup of about a block's length. The test above: the same candidate, caught."""
+    checked = projection_check.first_mismatch
+
+    def linear_only(got, want, sigmas):
+        return checked(dataclasses.replace(got, p2=want.p2), want, sigmas)
+
+    monkeypatch.setattr(projection_check, "first_mismatch", linear_only)
+    result = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / "projects_by_shortcut.py", world_size=2)
+    assert result.correct, _text(result)
+    assert result.timing.speedup > 4, result.summary()
 
 
 @pytest.mark.xfail(strict=True, reason="an open hole: where the time outside the calls (input draws, flushes, barriers) "

@@ -12,6 +12,7 @@ import torch
 
 from services.worker.evaluator import EvalSettings
 from services.worker.evaluator import projection as P
+from services.worker.evaluator import projection_check as C
 from services.worker.evaluator.compare import DEFAULT_TOLERANCE, compare_leaf
 from services.worker.evaluator.judge import Block, Stop, Timing
 from services.worker.evaluator.pool import Replies
@@ -30,26 +31,47 @@ def _within_tolerance(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.where((g.double() - w.double()).abs() <= room, g, w)
 
 
-def _check(got: P.Projections, want: P.Projections, sigmas: float = K) -> P.Mismatch | None:
-    assert not P.shape_problem(got, want)
-    return P.first_mismatch(got, want, sigmas)
+def _check(got: C.Projections, want: C.Projections, sigmas: float = K) -> C.Mismatch | None:
+    assert not C.shape_problem(got, want)
+    return C.first_mismatch(got, want, sigmas)
+
+
+def _one_call(block: C.Projections, call: int) -> C.Projections:
+    """Call ``call`` of a block's numbers, as a block of its own."""
+    return C.Projections(*([table[call]] for table in (block.p, block.p2, block.bound, block.bound2, block.total, block.total2)))
+
+
+def _numbers(p: list[list[float]], p2: list[list[float]] | None = None) -> C.Projections:
+    """A candidate's numbers (no bounds) with these projections."""
+    p2 = p2 if p2 is not None else [[0.0] * len(row) for row in p]
+    zeros = [[0.0] * len(row) for row in p]
+    return C.Projections(p, p2, zeros, zeros, zeros, zeros)
 
 
 # The signs ---------------------------------------------------------------------------------------
 def test_signs_depend_on_the_index_alone_not_on_where_a_run_starts():
-    whole = P.signs(77, 2, 0, 5000)
-    assert set(whole.unique().tolist()) == {-1.0, 1.0}
+    whole = P.signs(77, 2, 0, 5000, call=4)
+    assert whole.shape == (2, 5000) and set(whole.unique().tolist()) == {-1.0, 1.0}
     for start, n in ((0, 1), (13, 100), (4999, 1), (1234, 3766)):
-        assert torch.equal(P.signs(77, 2, start, n), whole[start:start + n])
+        assert torch.equal(P.signs(77, 2, start, n, call=4), whole[:, start:start + n])
     # Across a multiple of 2**32, where the key changes with the index's upper bits.
     edge = 1 << 32
     across = P.signs(77, 2, edge - 3, 6)
-    assert torch.equal(across[:3], P.signs(77, 2, edge - 3, 3)) and torch.equal(across[3:], P.signs(77, 2, edge, 3))
+    assert torch.equal(across[:, :3], P.signs(77, 2, edge - 3, 3)) and torch.equal(across[:, 3:], P.signs(77, 2, edge, 3))
 
 
-def test_signs_differ_by_seed_and_leaf_and_look_independent():
-    a, b, c = P.signs(1, 0, 0, 1 << 16), P.signs(2, 0, 0, 1 << 16), P.signs(1, 1, 0, 1 << 16)
-    n = a.numel()
+def test_signs_differ_by_seed_leaf_call_and_projection_and_look_independent():
+    """The linear and the quadratic signs (two bits of one hash), and those of another seed, leaf
+    or call: no correlation between any two, nor within one across lags."""
+    n = 1 << 16
+    (a, a2), (b, _), (c, _), (d, d2) = (P.signs(1, 0, 0, n), P.signs(2, 0, 0, n), P.signs(1, 1, 0, n),
+                                        P.signs(1, 0, 0, n, call=1))
+    vectors = [a, a2, b, c, d, d2]
+    for i, x in enumerate(vectors):
+        for y in vectors[i + 1:]:
+            assert abs(float((x * y).mean())) < 5 / math.sqrt(n)
+    for lag in (1, 2, 3, 1024):
+        assert abs(float((a[lag:] * a2[:-lag]).mean())) < 5 / math.sqrt(n)
     for x, y in ((a, b), (a, c), (b, c)):
         assert abs(float((x * y).mean())) < 5 / math.sqrt(n)
     for x in (a, b, c):
@@ -112,7 +134,7 @@ def test_chunking_and_layout_give_the_result_of_one_chunk(dtype, layout):
 def _manual(t: torch.Tensor, seed: int, position: int = 0) -> float:
     x = torch.view_as_real(t.resolve_conj()).reshape(-1) if t.is_complex() else t.reshape(-1)
     x = x.to(torch.float64)
-    return float((x * P.signs(seed, position, 0, x.numel())).sum())
+    return float((x * P.signs(seed, position, 0, x.numel())[0]).sum())
 
 
 FP8 = [getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name)]
@@ -134,14 +156,22 @@ def test_every_dtype_projects_to_its_float64_sum(dtype):
     got = P.project([t], 42, TOL)
     assert len(got.p) == 1 and len(got.p[0]) == 1
     assert got.p[0][0] == pytest.approx(_manual(t, 42), rel=1e-12, abs=1e-12)
-    assert got.total[0][0] == pytest.approx(float((torch.view_as_real(t).double() if t.is_complex() else t.double()).abs().sum()), rel=1e-12)
+    real = (torch.view_as_real(t.resolve_conj()) if t.is_complex() else t).double().reshape(-1)
+    r2 = P.signs(42, 0, 0, real.numel())[1]
+    assert got.p2[0][0] == pytest.approx(float(r2 @ real.square()), rel=1e-12, abs=1e-12)
+    assert got.total[0][0] == pytest.approx(float(real.abs().sum()), rel=1e-12)
+    assert got.total2[0][0] == pytest.approx(float(real.square().sum()), rel=1e-12)
     if t.is_floating_point() or t.is_complex():
         atol, rtol = TOL[dtype]
         w = t.abs().double() if t.is_complex() else t.double().abs()
-        exact = math.sqrt(float(((atol + rtol * w) ** 2).sum()) * (2 if t.is_complex() else 1))
+        parts = 2 if t.is_complex() else 1
+        exact = math.sqrt(float(((atol + rtol * w) ** 2).sum()) * parts)
         assert exact <= got.bound[0][0] * (1 + 1e-9) <= 1.5 * exact  # complex: a little looser, never tighter
+        tol = atol + rtol * w
+        exact2 = math.sqrt(float((tol * (2 * w + tol)).square().sum()) * parts)
+        assert exact2 <= got.bound2[0][0] * (1 + 1e-9) <= 1.5 * exact2
     else:
-        assert got.bound[0][0] == 0.0  # integers and bools must match exactly
+        assert got.bound[0][0] == got.bound2[0][0] == 0.0  # integers and bools must match exactly
 
 
 def test_a_conjugated_view_projects_as_its_values():
@@ -159,7 +189,7 @@ def test_non_tensor_leaves_are_skipped_and_positions_keep_their_signs():
 
 
 def test_a_block_of_calls_moves_to_the_host_once_and_keeps_its_order():
-    projector = P.Projector(9, "cpu", TOL, chunk=16, cache=40)  # the cache fills part way through
+    projector = P.Projector(9, "cpu", TOL, chunk=16)  # chunks of 16: a leaf read in pieces
     outputs = [[torch.randn(30), torch.arange(7)] for _ in range(5)]
     for leaves in outputs:
         projector.add(leaves)
@@ -167,8 +197,14 @@ def test_a_block_of_calls_moves_to_the_host_once_and_keeps_its_order():
     assert block.shape == [2] * 5
     for call, leaves in enumerate(outputs):
         single = P.project(leaves, 9, TOL)
-        assert block.p[call] == pytest.approx(single.p[0], rel=1e-12, abs=1e-12)
+        for position, leaf in enumerate(leaves):
+            r = P.signs(9, position, 0, leaf.numel(), call=call)
+            x = leaf.double()
+            assert block.p[call][position] == pytest.approx(float(r[0] @ x), rel=1e-12, abs=1e-12)
+            assert block.p2[call][position] == pytest.approx(float(r[1] @ (x * x)), rel=1e-12, abs=1e-12)
         assert block.bound[call] == pytest.approx(single.bound[0], rel=1e-12, abs=1e-15)
+        assert block.bound2[call] == pytest.approx(single.bound2[0], rel=1e-12, abs=1e-15)
+        assert (block.p[call] == single.p[0]) == (call == 0)  # the signs change with the call
 
 
 # The check -----------------------------------------------------------------------------------------
@@ -219,15 +255,14 @@ def test_stale_outputs_of_other_inputs_fail(dtype):
             cand.add([outputs[call - 1]])
         want, got = ref.finish(), cand.finish()
         assert _check(got, want) is not None, seed
-        caught += sum(P.first_mismatch(P.Projections([g], [b], [s]), P.Projections([w], [b], [s]), K) is not None
-                      for g, w, b, s in zip(got.p, want.p, want.bound, want.total))
+        caught += sum(C.first_mismatch(_one_call(got, call), _one_call(want, call), K) is not None for call in range(8))
     assert caught / (300 * 8) > (0.8 if dtype == torch.bfloat16 else 0.99)
 
 
 def test_one_element_far_off_is_caught_whatever_the_signs():
     w = torch.randn(1000)
     want = P.project([w], 4, TOL)
-    allowed = P.allowed(want.bound[0][0], want.total[0][0], K)
+    allowed = C.allowed(want.bound[0][0], want.total[0][0], K)
     g = w.clone()
     g[123] += 1.5 * allowed
     assert all(_check(P.project([g], 4, TOL), want) is not None for _ in range(3))
@@ -253,17 +288,20 @@ def test_integers_must_match_exactly_and_nan_never_passes():
 
 def test_replies_are_read_strictly():
     block = P.project([torch.randn(10), torch.ones(2)], 1, TOL)
-    assert P.Projections.from_reply(block.reply(bounds=True), bounds=True) == block
-    cand = P.Projections.from_reply(block.reply(bounds=False), bounds=False)
-    assert cand.p == block.p and "bounds" not in block.reply(bounds=False)
-    for bad in ({}, {"projections": 3}, {"projections": [1.0]}, {"projections": [["x"]]}, {"projections": [[True]]}):
+    assert C.Projections.from_reply(block.reply(bounds=True), bounds=True) == block
+    cand = C.Projections.from_reply(block.reply(bounds=False), bounds=False)
+    assert cand.p == block.p and cand.p2 == block.p2 and "bounds" not in block.reply(bounds=False)
+    for bad in ({}, {"projections": 3}, {"projections": [1.0]}, {"projections": [["x"]]}, {"projections": [[True]]},
+                {"projections": [[1.0]]}, {"projections": [[1.0]], "square_projections": [[1.0, 2.0]]}):
         with pytest.raises(ValueError):
-            P.Projections.from_reply(bad, bounds=False)
+            C.Projections.from_reply(bad, bounds=False)
     with pytest.raises(ValueError):
-        P.Projections.from_reply({"projections": [[1.0]], "bounds": [[1.0, 2.0]], "totals": [[1.0]]}, bounds=True)
-    assert P.shape_problem(block, block) == ""
-    assert P.shape_problem(P.Projections([[1.0]], [[0.0]], [[0.0]]), block) == "timed call 0: 1 projections for 2 tensor outputs"
-    assert P.shape_problem(P.Projections([], [], []), block) == "0 calls' projections for 1 timed calls"
+        C.Projections.from_reply({"projections": [[1.0]], "square_projections": [[1.0]], "bounds": [[1.0, 2.0]], "totals": [[1.0]],
+                                  "square_bounds": [[1.0]], "square_totals": [[1.0]]}, bounds=True)
+    assert C.shape_problem(block, block) == ""
+    assert C.shape_problem(_numbers([[1.0]]), block) == "timed call 0: 1 projections (1 of squares) for 2 tensor outputs"
+    assert C.shape_problem(_numbers([[1.0, 2.0]], [[1.0]]), block) == "timed call 0: 2 projections (1 of squares) for 2 tensor outputs"
+    assert C.shape_problem(_numbers([]), block) == "0 calls' projections (0 of squares) for 1 timed calls"
 
 
 # The judge's side ----------------------------------------------------------------------------------
@@ -272,7 +310,7 @@ def _timing(flags: list[str]) -> Timing:
     return Timing(None, EvalSettings(), None, None, None, {}, flags.append)
 
 
-def _block(projections: dict[int, P.Projections]) -> Block:
+def _block(projections: dict[int, C.Projections]) -> Block:
     return Block(times={r: [1.0] for r in projections}, wall_ms=1.0, projections=projections)
 
 
@@ -297,7 +335,7 @@ def test_the_judge_finds_the_call_that_did_not_compute():
 def test_the_judge_rejects_projections_that_do_not_fit_the_block():
     want = P.project([torch.randn(5)], 1, TOL)
     timing = _timing([])
-    for got in ({}, {0: P.Projections([[1.0], [2.0]], [[0.0], [0.0]], [[0.0], [0.0]])}, {0: P.Projections([[]], [[]], [[]])}):
+    for got in ({}, {0: _numbers([[1.0], [2.0]])}, {0: _numbers([[]])}):
         with pytest.raises(Stop) as stop:
             timing._check_projections(_block({0: want}), _block(got), 0)
         assert stop.value.status == "rejected" and stop.value.error.kind == "integrity"
@@ -305,7 +343,8 @@ def test_the_judge_rejects_projections_that_do_not_fit_the_block():
     with pytest.raises(Stop) as stop:
         timing._projections("candidate", replies)
     assert stop.value.status == "rejected" and "malformed projections" in stop.value.error.message
-    nan = Replies(by_rank={0: {"ok": True, "projections": [[float("nan")]], "bounds": [[1.0]], "totals": [[1.0]]}})
+    nan = Replies(by_rank={0: {"ok": True, "projections": [[1.0]], "square_projections": [[float("nan")]], "bounds": [[1.0]],
+                               "totals": [[1.0]], "square_bounds": [[1.0]], "square_totals": [[1.0]]}})
     with pytest.raises(Stop) as stop:
         timing._projections("reference", nan)
     assert stop.value.status == "workload_error"

@@ -27,14 +27,18 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch
     else:
         x = (4 * torch.randn(9000, generator=g)).to(dtype)
     wide = x.to(torch.float32).to(torch.float64)
+    a, x2 = wide.abs(), wide * wide
+    sums = torch.stack([a.sum(), x2.sum(), torch.dot(a, x2), torch.dot(x2, x2)])
     for start in (0, 4095, (1 << 32) - 9000):
-        for seed, leaf in ((1, 0), (987654321, 3)):
-            got = project_piece(x, start, P._key(seed, leaf, 0))
-            r = P.signs(seed, leaf, start, x.numel())
-            want = torch.stack([torch.dot(wide, r), wide.abs().sum(), torch.dot(wide, wide)])
+        for seed, leaf, call in ((1, 0, 0), (987654321, 3, 17)):
+            got = project_piece(x, start, P._key(seed, leaf, 0, call))
+            r = P.signs(seed, leaf, start, x.numel(), call=call)
+            want = torch.cat([torch.stack([torch.dot(wide, r[0]), torch.dot(x2, r[1])]), sums])
             assert torch.allclose(got, want, rtol=1e-12, atol=1e-9), (dtype, start, seed, got.tolist(), want.tolist())
-            wrong = project_piece(x, start, P._key(seed + 1, leaf, 0))
-            assert abs(float(wrong[0] - want[0])) > 1e-6 or float(want[1]) == 0.0, "a key that changes nothing"
+            for other in (P._key(seed + 1, leaf, 0, call), P._key(seed, leaf, 0, call + 1)):
+                wrong = project_piece(x, start, other)
+                assert float(want[2]) == 0.0 or (abs(float(wrong[0] - want[0])) > 1e-6 and abs(float(wrong[1] - want[1])) > 1e-6), \
+                    "a key that changes nothing"
 print("same")
 '''
 
@@ -65,5 +69,15 @@ def test_the_gpu_projection_equals_the_cpus(monkeypatch, case):
     table = {torch.float32: (1e-4, 1e-4), torch.complex64: (1e-4, 1e-4), torch.float8_e4m3fn: (0.1, 0.125)}
     cpu = P.project([x, 3, x[:5]], seed=77, tolerance=table)
     gpu = P.project([x.cuda(), 3, x[:5].cuda()], seed=77, tolerance=table)
-    for a, b in zip(cpu.p + cpu.bound + cpu.total, gpu.p + gpu.bound + gpu.total):
-        assert a == pytest.approx(b, rel=1e-10, abs=1e-9)
+    for name in ("p", "p2", "bound", "bound2", "total", "total2"):
+        for a, b in zip(getattr(cpu, name), getattr(gpu, name)):
+            assert a == pytest.approx(b, rel=1e-10, abs=1e-9), name
+    # A block of calls: each call's signs, alike on both.
+    on = {device: P.Projector(78, device, table) for device in ("cpu", "cuda")}
+    for _ in range(3):
+        on["cpu"].add([x])
+        on["cuda"].add([x.cuda()])
+    cpu, gpu = on["cpu"].finish(), on["cuda"].finish()
+    for call in range(3):
+        assert cpu.p[call] == pytest.approx(gpu.p[call], rel=1e-10) and cpu.p2[call] == pytest.approx(gpu.p2[call], rel=1e-10)
+    assert cpu.p[0] != cpu.p[1]

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
 
-from . import projection
+from . import projection_check
 from .pool import PoolFailure, RankPool, Replies
-from .projection import Projections
+from .projection_check import Projections
 from .settings import EvalSettings
 
 #: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
@@ -358,18 +358,19 @@ class Timing:
 
     def _check_projections(self, ref: Block, cand: Block, round_: int) -> None:
         """Every timed call of the round's candidate block against the reference's call of the
-        same index: ``incorrect`` where one is off by more than ``projection_sigmas`` bounds."""
+        same index: ``incorrect`` where either projection is off by more than ``projection_sigmas``
+        bounds."""
         for rank, want in sorted(ref.projections.items()):
             got = cand.projections.get(rank)
-            problem = "no projections" if got is None else projection.shape_problem(got, want)
+            problem = "no projections" if got is None else projection_check.shape_problem(got, want)
             if problem:
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
                     f"rank {rank}: the candidate's projections of timing round {round_}'s calls do not fit its block: {problem}")))
-            bad = projection.first_mismatch(got, want, self.s.projection_sigmas)
+            bad = projection_check.first_mismatch(got, want, self.s.projection_sigmas)
             if bad is not None:
                 self.flag(
                     f"timed call {bad.call} of round {round_} did not match the reference on rank {rank} (tensor output {bad.leaf}'s "
-                    f"projection off by {bad.off:.3g}, bound {bad.allowed:.3g}): computes only some of the timed calls")
+                    f"{bad.projection} projection off by {bad.off:.3g}, bound {bad.allowed:.3g}): computes only some of the timed calls")
                 raise Stop("incorrect")
 
     def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:

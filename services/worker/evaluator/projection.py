@@ -1,15 +1,33 @@
 """Random projections of every timed call's outputs, so that the judge checks each call cheaply.
 
-Per timed call and tensor leaf, both sides compute ``p = sum_j r_j * out_j`` in float64, where
-``r_j = +-1`` is a hash of the block's projection seed (drawn by the judge at random, per block),
-the leaf's position in the flattened outputs and the element's row-major index ``j``: the same
-signs on either side, whatever the tensors' strides or the chunks they are read in. The reference
-also gives ``b = sqrt(sum_j (atol + rtol * |w_j|)^2)`` (the leaf's tolerance, as
-``compare.compare_leaf`` applies it) and ``s = sum_j |w_j|``. A candidate whose every element is
-within tolerance of the reference's differs from it by ``sum_j r_j d_j`` with ``|d_j| <=
-atol + rtol * |w_j|``, so by Hoeffding ``|p_c - p_r| > K * b`` with probability at most
-``2 exp(-K^2 / 2)``; outputs of other inputs (a previous call's, returned again) differ by far
-more. ``s`` bounds float64's rounding of the sums (``ROUNDING``).
+Per timed call and tensor leaf, both sides compute in float64, in one pass over the elements,
+
+- ``p = sum_j r_j w_j`` (linear) and ``p2 = sum_j r'_j w_j^2`` (quadratic), and
+- the power sums ``s_k = sum_j |w_j|^k``, k = 1..4, from which the reference's bounds and
+  rounding allowances come (``projection_check.py``: Hoeffding over the leaf's tolerance).
+
+``r_j`` and ``r'_j`` (+-1) are the top two bits of one 32-bit hash of the block's projection seed
+(drawn by the judge at random, per block), the call's index in the block, the leaf's position in
+the flattened outputs and the element's row-major index ``j``: the same signs on either side,
+whatever the tensors' strides or the chunks they are read in. The hash (``_mix``) is a bijection
+of 32-bit words with full avalanche, so over the indices of a leaf its outputs pass for uniform
+words, whose top two bits are independent fair bits: ``r'`` is as unrelated to ``r`` as either is
+to the index (``test_projection``: no correlation between them, across lags, seeds or calls).
+
+Why two projections. The candidate's process learns the signs (it projects its own outputs), so
+it may compute the projections some cheaper way than the outputs and hand back anything. The
+linear one is cheap where the operation is linear: for ``out = X W`` (m x k times k x n), ``p =
+<R, X W> = <X, R W^T>``, and with signs fixed for a block ``R W^T`` is built once and each call
+costs ``m k`` instead of ``m k n``; for a sum across ranks (an all-reduce) the projection of the
+sum is the sum of each rank's projection, so the collective can be skipped. Hence the signs change
+with every call (building ``R W^T`` is the product's cost, per call), and the quadratic projection:
+``p2 = sum_i x_i^T (W diag(r'_i) W^T) x_i``, a quadratic form per row ``i`` whose k x k matrix
+costs ``k^2 n`` to build (k times the row's product) and is new in every call; without it, the
+squares need every ``x_i . w_j``, the product itself. Across ranks ``sum_j r'_j (a_j + b_j)^2``
+holds the cross terms ``2 sum_j r'_j a_j b_j``, which need the partials in one place (the
+collective's traffic). What no projection closes: an operation whose outputs are a cheap function
+of few values (a broadcast, an elementwise map) can be fused with its projections, saving the
+outputs' write (``docs/reliability.md``).
 
 Elements are read in chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so
 no buffer of the outputs' full size is made (on a GPU one Triton kernel per piece hashes the
@@ -19,27 +37,24 @@ and integer leaves as float64 (their tolerance is 0: exact). Non-tensor leaves a
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
+from .projection_check import LeafShape, Projections
+
 #: Elements read at once: the scratch of a call's projection is a few float64 and int64 buffers
-#: of this many elements (8 MiB each, about 32 MiB at most while signs are hashed), outside the
-#: device-memory account of either side.
+#: of this many elements (8 MiB each, about 40 MiB at most), outside the device-memory account
+#: of either side.
 CHUNK = 1 << 20
 #: On a GPU: elements per kernel launch of a contiguous leaf (read in place), and per copied piece
-#: of a strided one (the only scratch there, besides a float64 triple per 4096 elements).
+#: of a strided one (the only scratch there, besides six float64 per 4096 elements).
 GPU_PIECE = 1 << 26
 GPU_COPY = 1 << 22
-#: Signs kept between the calls of a block, in elements (small leaves hash their indices once).
-SIGN_CACHE = CHUNK
-#: Relative float64 rounding allowed on ``sum_j r_j w_j`` (times ``s``), plus an absolute floor.
-ROUNDING = 1e-9
-FLOOR = 1e-12
 #: The tolerance of a floating dtype missing from the table (``compare.compare_leaf``'s).
 FALLBACK_TOLERANCE = (1e-5, 1.3e-6)
+#: A leaf's numbers, in this order: p, p2, s1, s2, s3, s4.
+SUMS = 6
 
 _MASK = 0xFFFFFFFF
 # Odd multipliers below 2**31: a 32-bit value times one stays inside int64.
@@ -53,9 +68,9 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def _key(seed: int, leaf: int, high: int) -> int:
-    """A 32-bit key for the indices of ``leaf`` whose upper 32 bits are ``high``."""
-    return _splitmix64(_splitmix64(_splitmix64(int(seed)) ^ int(leaf)) ^ int(high)) & _MASK
+def _key(seed: int, leaf: int, high: int, call: int = 0) -> int:
+    """A 32-bit key for the indices of ``leaf`` in call ``call`` whose upper 32 bits are ``high``."""
+    return _splitmix64(_splitmix64(_splitmix64(_splitmix64(int(seed)) ^ int(call)) ^ int(leaf)) ^ int(high)) & _MASK
 
 
 def _mix(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
@@ -65,17 +80,19 @@ def _mix(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     return x.bitwise_xor_(torch.bitwise_right_shift(x, 15, out=tmp))
 
 
-def signs(seed: int, leaf: int, start: int, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``r_j`` (float64 +-1) for indices ``start`` .. ``start + n - 1`` of ``leaf``."""
-    out = torch.empty(n, dtype=torch.float64, device=device)
+def signs(seed: int, leaf: int, start: int, n: int, device: torch.device | str = "cpu", call: int = 0) -> torch.Tensor:
+    """``r_j`` and ``r'_j`` (a 2 x n float64 tensor of +-1) for indices ``start`` .. ``start + n -
+    1`` of ``leaf`` in call ``call``: bits 31 and 30 of the index's hash."""
+    out = torch.empty(2, n, dtype=torch.float64, device=device)
     x = torch.empty(n, dtype=torch.int64, device=device)
     tmp = torch.empty(n, dtype=torch.int64, device=device)
     for done, size, first in _spans(start, n):
         low = first & _MASK
         piece = torch.arange(low, low + size, dtype=torch.int64, device=device, out=x[:size])
-        piece.bitwise_xor_(_key(seed, leaf, first >> 32))
-        _mix(piece, tmp[:size]).bitwise_right_shift_(31)  # the top bit of the 32
-        out[done:done + size].copy_(piece).mul_(-2.0).add_(1.0)
+        piece.bitwise_xor_(_key(seed, leaf, first >> 32, call))
+        _mix(piece, tmp[:size]).bitwise_right_shift_(30)  # the top two bits of the 32
+        out[0, done:done + size].copy_(torch.bitwise_right_shift(piece, 1, out=tmp[:size])).mul_(-2.0).add_(1.0)
+        out[1, done:done + size].copy_(piece.bitwise_and_(1)).mul_(-2.0).add_(1.0)
     return out
 
 
@@ -91,9 +108,9 @@ def _spans(start: int, n: int) -> Iterator[tuple[int, int, int]]:
 
 
 def _total(parts: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """The sum of a leaf's per-piece (p, s, q)."""
+    """The sum of a leaf's per-piece numbers (``SUMS`` of them)."""
     if not parts:
-        return torch.zeros(3, dtype=torch.float64, device=device)
+        return torch.zeros(SUMS, dtype=torch.float64, device=device)
     return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
 
 
@@ -139,58 +156,32 @@ def leaf_tolerance(t: torch.Tensor, table: dict[torch.dtype, tuple[float, float]
     return float(atol), float(rtol)
 
 
-@dataclass(frozen=True)
-class LeafShape:
-    """What turns a leaf's sums into its bound: its element count and tolerance."""
-
-    numel: int
-    complex: bool
-    atol: float
-    rtol: float
-
-    def bound(self, s: float, q: float) -> float:
-        """``sqrt(sum_j (atol + rtol |w_j|)^2)`` from ``s = sum_j |w_j|`` and ``q = sum_j w_j^2``
-        over the real elements. A complex element's error is bounded by atol + rtol times its
-        modulus in each of its two parts; the sum of the moduli is at most ``s``."""
-        squares = self.numel * self.atol**2 + 2 * self.atol * self.rtol * s + self.rtol**2 * q
-        return math.sqrt(max(0.0, (2.0 if self.complex else 1.0) * squares))
-
-
 class Projector:
     """The projections of one block's timed calls: ``add`` after each call (device work only),
-    ``finish`` once (one copy to the host)."""
+    ``finish`` once (one copy to the host). The signs change with each call (its index in the
+    block), so nothing a candidate builds from them serves a second call."""
 
     def __init__(self, seed: int, device: torch.device | str, tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
-                 chunk: int = CHUNK, cache: int = SIGN_CACHE):
+                 chunk: int = CHUNK):
         self.seed, self.device, self.tolerance = int(seed), torch.device(device), tolerance
-        self.chunk, self.cache_limit = max(1, int(chunk)), int(cache)
-        self._signs: dict[tuple[int, int, int], torch.Tensor] = {}
-        self._cached = 0
-        self._calls: list[torch.Tensor] = []  # per call: (leaves, 3) float64 on the device: p, s, q
+        self.chunk = max(1, int(chunk))
+        self._calls: list[torch.Tensor] = []  # per call: (leaves, SUMS) float64 on the device
         self._shapes: list[list[LeafShape]] = []
 
-    def _r(self, leaf: int, start: int, n: int) -> torch.Tensor:
-        key = (leaf, start, n)
-        r = self._signs.get(key)
-        if r is None:
-            r = signs(self.seed, leaf, start, n, self.device)
-            if self._cached + n <= self.cache_limit:
-                self._signs[key] = r
-                self._cached += n
-        return r
-
-    def leaf(self, position: int, t: torch.Tensor) -> torch.Tensor:
-        """(p, s, q) of one tensor leaf, float64 on its device."""
+    def leaf(self, position: int, t: torch.Tensor, call: int = 0) -> torch.Tensor:
+        """(p, p2, s1, s2, s3, s4) of one tensor leaf in call ``call``, float64 on its device."""
         t = t.detach()
         if t.is_cuda and self.device.type == "cuda":
-            return self._leaf_on_gpu(position, t)
+            return self._leaf_on_gpu(position, t, call)
         parts = []
         for start, x in _real_chunks(t, self.chunk, self.device):
-            r = self._r(position, start, x.numel())
-            parts.append(torch.stack([torch.dot(x, r), torch.linalg.vector_norm(x, 1), torch.dot(x, x)]))
+            r = signs(self.seed, position, start, x.numel(), self.device, call)
+            a, x2 = x.abs(), x * x
+            parts.append(torch.stack([torch.dot(r[0], x), torch.dot(r[1], x2), a.sum(), x2.sum(), torch.dot(a, x2),
+                                      torch.dot(x2, x2)]))
         return _total(parts, self.device)
 
-    def _leaf_on_gpu(self, position: int, t: torch.Tensor) -> torch.Tensor:
+    def _leaf_on_gpu(self, position: int, t: torch.Tensor, call: int) -> torch.Tensor:
         """``leaf`` by one Triton kernel per piece (``projection_kernel``): the same numbers, with
         no sign or float64 buffers (a contiguous leaf is read in place)."""
         from .projection_kernel import project_piece
@@ -200,122 +191,47 @@ class Projector:
         parts = []
         for start, piece in _chunks(t, GPU_PIECE if t.is_contiguous() else GPU_COPY):
             for done, size, first in _spans(start, piece.numel()):
-                parts.append(project_piece(piece[done:done + size], first & _MASK, _key(self.seed, position, first >> 32)))
+                key = _key(self.seed, position, first >> 32, call)
+                parts.append(project_piece(piece[done:done + size], first & _MASK, key))
         return _total(parts, t.device)
 
     def add(self, leaves: list[Any]) -> None:
         """One call's flattened outputs."""
+        call = len(self._calls)
         rows, shapes = [], []
         for position, leaf in enumerate(leaves):
             if not isinstance(leaf, torch.Tensor):
                 continue
-            rows.append(self.leaf(position, leaf))
+            rows.append(self.leaf(position, leaf, call))
             shapes.append(LeafShape(leaf.numel(), leaf.is_complex(), *leaf_tolerance(leaf, self.tolerance)))
-        self._calls.append(torch.stack(rows) if rows else torch.zeros(0, 3, dtype=torch.float64, device=self.device))
+        self._calls.append(torch.stack(rows) if rows else torch.zeros(0, SUMS, dtype=torch.float64, device=self.device))
         self._shapes.append(shapes)
 
-    def finish(self) -> "Projections":
+    def finish(self) -> Projections:
         """Every call's numbers, moved to the host at once."""
         flat = torch.cat([c.reshape(-1) for c in self._calls]).cpu().tolist() if self._calls else []
-        p, bound, total = [], [], []
+        tables: dict[str, list[list[float]]] = {name: [] for name in ("p", "p2", "bound", "bound2", "total", "total2")}
         at = 0
         for shapes in self._shapes:
-            row = flat[at:at + 3 * len(shapes)]
-            at += 3 * len(shapes)
-            p.append(row[0::3])
-            total.append(row[1::3])
-            bound.append([shape.bound(s, q) for shape, s, q in zip(shapes, row[1::3], row[2::3])])
+            rows = [flat[at + SUMS * i:at + SUMS * (i + 1)] for i in range(len(shapes))]
+            at += SUMS * len(shapes)
+            tables["p"].append([row[0] for row in rows])
+            tables["p2"].append([row[1] for row in rows])
+            tables["total"].append([row[2] for row in rows])
+            tables["total2"].append([row[3] for row in rows])
+            tables["bound"].append([shape.bound(*row[2:4]) for shape, row in zip(shapes, rows)])
+            tables["bound2"].append([shape.square_bound(*row[2:6]) for shape, row in zip(shapes, rows)])
         self._calls, self._shapes = [], []
-        return Projections(p=p, bound=bound, total=total)
+        return Projections(**tables)
 
 
 def project(leaves: list[Any], seed: int, tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
-            chunk: int = CHUNK) -> "Projections":
-    """One call's projections (a block of one call)."""
+            chunk: int = CHUNK) -> Projections:
+    """One call's projections (a block of one call: call 0's signs)."""
     devices = [x.device for x in leaves if isinstance(x, torch.Tensor)]
     projector = Projector(seed, devices[0] if devices else "cpu", tolerance, chunk)
     projector.add(leaves)
     return projector.finish()
-
-
-@dataclass(frozen=True)
-class Projections:
-    """One block's numbers, per timed call and tensor leaf: ``p`` (both sides), ``bound`` and
-    ``total`` (``b`` and ``s``: the reference's; a candidate's are not sent)."""
-
-    p: list[list[float]]
-    bound: list[list[float]]
-    total: list[list[float]]
-
-    def reply(self, bounds: bool) -> dict:
-        return {"projections": self.p, **({"bounds": self.bound, "totals": self.total} if bounds else {})}
-
-    @classmethod
-    def from_reply(cls, reply: dict, bounds: bool) -> "Projections":
-        """Read from a rank's reply; ``ValueError`` where it is not a list of lists of numbers
-        (and, with ``bounds``, of the same shape three times)."""
-        p = _table(reply.get("projections"), "projections")
-        if not bounds:
-            return cls(p=p, bound=[[0.0] * len(row) for row in p], total=[[0.0] * len(row) for row in p])
-        bound, total = _table(reply.get("bounds"), "bounds"), _table(reply.get("totals"), "totals")
-        if [len(r) for r in bound] != [len(r) for r in p] or [len(r) for r in total] != [len(r) for r in p]:
-            raise ValueError("projections, bounds and totals differ in shape")
-        return cls(p=p, bound=bound, total=total)
-
-    @property
-    def shape(self) -> list[int]:
-        return [len(row) for row in self.p]
-
-    def finite(self) -> bool:
-        return all(math.isfinite(x) for table in (self.p, self.bound, self.total) for row in table for x in row)
-
-
-def _table(value: Any, name: str) -> list[list[float]]:
-    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
-        raise ValueError(f"{name}: expected a list of lists, got {type(value).__name__}")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for row in value for x in row):
-        raise ValueError(f"{name}: expected numbers")
-    return [[float(x) for x in row] for row in value]
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """A call whose projection is off the reference's by more than allowed."""
-
-    call: int
-    leaf: int
-    got: float
-    want: float
-    allowed: float
-
-    @property
-    def off(self) -> float:
-        return abs(self.got - self.want)
-
-
-def allowed(bound: float, total: float, sigmas: float) -> float:
-    return sigmas * bound + ROUNDING * total + FLOOR
-
-
-def first_mismatch(got: Projections, want: Projections, sigmas: float) -> Mismatch | None:
-    """The first call and leaf whose candidate projection is not within ``sigmas`` bounds (plus
-    rounding) of the reference's; NaN never is. Shapes must agree (``shape_problem``)."""
-    for call, (row, ref_row, b_row, s_row) in enumerate(zip(got.p, want.p, want.bound, want.total)):
-        for leaf, (p_c, p_r, b, s) in enumerate(zip(row, ref_row, b_row, s_row)):
-            limit = allowed(b, s, sigmas)
-            if not abs(p_c - p_r) <= limit:
-                return Mismatch(call=call, leaf=leaf, got=p_c, want=p_r, allowed=limit)
-    return None
-
-
-def shape_problem(got: Projections, want: Projections) -> str:
-    """Why the candidate's numbers cannot be compared with the reference's ("" when they can)."""
-    if len(got.p) != len(want.p):
-        return f"{len(got.p)} calls' projections for {len(want.p)} timed calls"
-    for call, (a, b) in enumerate(zip(got.shape, want.shape)):
-        if a != b:
-            return f"timed call {call}: {a} projections for {b} tensor outputs"
-    return ""
 
 
 def warm(device: torch.device) -> None:

@@ -60,10 +60,12 @@ class EvalSettings:
     clock_slack: float = 0.5
     clock_overhead_slack: float = 0.3
     clock_slack_ms: float = 3.0
-    #: Every timed call's outputs are checked by a random +-1 projection against the reference's
-    #: call on the same inputs (``projection.py``): |p_candidate - p_reference| may be at most this
-    #: many times sqrt(sum_j (atol + rtol |w_j|)^2), plus float64 rounding. An honest candidate
-    #: within tolerance fails with probability at most 2 exp(-K^2 / 2) per call (1.3e-14 at 8).
+    #: Every timed call's outputs are checked by two random +-1 projections (a signed sum and a
+    #: signed sum of squares) against the reference's call on the same inputs (``projection.py``,
+    #: ``projection_check.py``): each may be off by at most this many times its bound from the
+    #: tolerance (sqrt(sum_j t_j^2), sqrt(sum_j (t_j (2 |w_j| + t_j))^2)), plus float64 rounding.
+    #: An honest candidate within tolerance fails either with probability at most 2 exp(-K^2 / 2)
+    #: per call (1.3e-14 at 8).
     projection_sigmas: float = 8.0
     #: Device memory the evaluator may use on one device (reference + candidate + one copy of the
     #: outputs); 0: no limit. CUDA: per-process memory fractions; CPU: the bytes of live tensors
