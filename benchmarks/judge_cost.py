@@ -34,7 +34,7 @@ root, device, world, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.arg
 sys.path.insert(0, root)
 from services.worker.evaluator import EvalSettings, Evaluator
 settings = EvalSettings.for_device(device)
-out = {"totals": [], "statuses": [], "speedups": [], "starts": [], "errors": []}
+out = {"totals": [], "statuses": [], "speedups": [], "starts": [], "errors": [], "phases": []}
 with Evaluator(device, settings) as ev:
     t0 = time.monotonic()
     first = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world)
@@ -45,6 +45,7 @@ with Evaluator(device, settings) as ev:
         out["statuses"].append(r.status)
         out["speedups"].append(r.speedup)
         out["starts"].append(r.phase_seconds.get("start_candidate", 0.0))
+        out["phases"].append(dict(r.phase_seconds))
         if r.status != "correct":
             out["errors"].append(r.status + ": " + (r.error.message if r.error else r.summary())[:400])
 print("RESULT" + json.dumps(out))
@@ -91,6 +92,7 @@ def main() -> None:
         firsts: dict[tuple[str, int], list[float]] = {}
         statuses: dict[tuple[str, int], set] = {}
         starts: dict[tuple[str, int], list[float]] = {}
+        phases: dict[tuple[str, int], list[dict]] = {}
         errors: list[str] = []
         for world in args.world_sizes:
             for r in range(args.rounds):
@@ -101,6 +103,7 @@ def main() -> None:
                     firsts.setdefault((name, world), []).append(got["first_s"])
                     statuses.setdefault((name, world), set()).update(got["statuses"])
                     starts.setdefault((name, world), []).extend(got.get("starts", []))
+                    phases.setdefault((name, world), []).extend(got.get("phases", []))
                     errors.extend(f"{name}, world size {world}: {e}" for e in got.get("errors", []))
     print(f"Judge cost per candidate on {args.device} ({args.candidates} warm candidates x {args.rounds} rounds per variant, "
           f"{WORKLOAD} with {CANDIDATE}, EvalSettings.for_device defaults)\n")
@@ -118,6 +121,11 @@ def main() -> None:
                   f"{statistics.median(firsts[(name, world)]):.2f} | {', '.join(sorted(statuses[(name, world)]))} |")
         old, new = (statistics.median(samples[(n, world)]) for n in variants)
         ratios[world] = new / old
+    print("\nMedian seconds per phase of an evaluation (`EvalResult.phase_seconds`; the variants name their phases differently)\n")
+    for (name, world), rows in phases.items():
+        names = sorted({k for row in rows for k in row if k != "total"})
+        cells = ", ".join(f"{k} {statistics.median(row.get(k, 0.0) for row in rows):.3f}" for k in names)
+        print(f"- world size {world}, {name}: {cells}")
     print()
     for world, ratio in ratios.items():
         print(f"world size {world}: judge v2 / landed = {ratio:.2f}x (goal <= 1.3x)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.worker.evaluator import EvalSettings, Evaluator, projection_check
+from services.worker.evaluator import EvalSettings, Evaluator, judge, projection_check
 
 HERE = Path(__file__).parent
 ADVERSARIAL, CANDIDATES, WORKLOADS = HERE / "adversarial", HERE / "candidates", HERE / "workloads"
@@ -113,3 +113,36 @@ def test_what_a_candidate_patches_in_its_process_does_not_reach_the_next_candida
     honest = unfiltered.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
     assert honest.correct, honest.summary()
     assert honest.timing.candidate_ms < 10, honest.summary()
+
+
+def test_large_outputs_are_judged_whole_in_a_few_rounds_the_candidate_cannot_tell(monkeypatch):
+    """Outputs past ``whole_check_all_below_bytes`` are handed over and compared whole in
+    ``whole_check_rounds`` rounds the judge draws at random (every call still projected); the
+    candidate keeps its last outputs in every timed block, so its blocks look the same whether
+    they will be judged or not, and one that hides its timed outputs is still caught."""
+    settings = EvalSettings.for_device("cpu", static_check=False, timing_budget_s=0.2, min_iters=5, load_timeout_s=20.0, trials=3,
+                                       whole_check_all_below_bytes=0, whole_check_rounds=2)
+    handed, candidate_keeps = [], []
+    handed_outputs, block = judge.Timing._handed_outputs, judge.Timing._block
+
+    def counting(self, limit_s):
+        handed.append(limit_s)
+        return handed_outputs(self, limit_s)
+
+    def recording(self, side, other, iters, *args, **kwargs):
+        if side.role == "candidate" and iters > 0:
+            candidate_keeps.append(kwargs.get("keep", False))
+        return block(self, side, other, iters, *args, **kwargs)
+
+    monkeypatch.setattr(judge.Timing, "_handed_outputs", counting)
+    monkeypatch.setattr(judge.Timing, "_block", recording)
+    with Evaluator("cpu", settings) as ev:
+        honest = ev.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
+        assert honest.correct, honest.summary()
+        rounds = len(candidate_keeps)
+        assert rounds >= 3 and len(handed) == 2 and all(candidate_keeps), (rounds, len(handed), candidate_keeps)
+        hiding = ev.evaluate(WORKLOAD, ADVERSARIAL / "hides_timed_outputs.py", world_size=2)
+    # Caught by the hand-over in a judged round, or first by the projections where the earliest
+    # rounds are not judged whole.
+    assert (hiding.status, "did not hand back the outputs" in _text(hiding)) == ("rejected", True) or (
+        hiding.status, "computes only some of the timed calls" in _text(hiding)) == ("incorrect", True), _text(hiding)

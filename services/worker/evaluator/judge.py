@@ -239,16 +239,21 @@ class Timing:
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
 
-    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
+    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0,
+            output_bytes: int = 0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
         """``ref_call_s``: the reference's measured call time, ``draw_s`` the time it takes to
         draw one call's inputs; a block of n calls (of either side) must end within
         max(hang_floor_s, hang_factor x n x (ref_call_s + draw_s)).
 
         Every call of every block runs on inputs drawn afresh from a seed this process picks at
-        random per round (both sides draw the same ones). Each round's last candidate outputs are
-        handed over after the round (untimed) and judged against the reference's of the same
-        round; then every timed call's projection (``projection.py``, signs from a seed drawn here
-        per round) is checked against the reference's call of the same index."""
+        random per round (both sides draw the same ones). Every timed call's projections
+        (``projection.py``, signs from a seed drawn here per round) are checked against the
+        reference's call of the same index. The round's last candidate outputs are handed over
+        after the round (untimed) and judged whole against the reference's of the same round: in
+        every round where the outputs (``output_bytes``, a trial's) are smaller than
+        ``whole_check_all_below_bytes``, else in ``whole_check_rounds`` rounds drawn here at
+        random and kept from the candidate, which keeps its last outputs in every round and
+        learns which are judged only after its block."""
         s = self.s
         ref, cand = self.pools.reference, self.pools.candidate
 
@@ -273,14 +278,19 @@ class Timing:
             iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
             rounds = max(1, min(s.timing_rounds, iters))
             per_block = math.ceil(iters / rounds)
+            whole = set(range(rounds))
+            if output_bytes >= s.whole_check_all_below_bytes:
+                whole = set(secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
             blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
             for r in range(rounds):
                 seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
                 order = [(ref, cand, "reference"), (cand, ref, "candidate")]
                 for side, other, name in order if r % 2 == 0 else order[::-1]:
-                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=True,
+                    keep = name == "candidate" or r in whole
+                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=keep,
                                                     projection_seed=projection_seed))
-                self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
+                if r in whole:
+                    self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
                 self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
                 blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
         finally:

@@ -160,7 +160,7 @@ class Trials:
             draw_s = max(float(x) for x in replies_value(tin, "draw_s", 0.0))
             timing = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed,
                             tolerance_to_names(self.tolerance), self.result.flags.append)
-            ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s)
+            ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s, self.output_bytes)
         if sampler is not None:
             nvml = sampler.summary()
             self.result.environment["nvml"] = nvml

@@ -47,6 +47,12 @@ class EvalSettings:
     #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
     #: other side's processes stopped while one is timed).
     timing_rounds: int = 8
+    #: A round's last candidate outputs are compared whole with the reference's (beside every
+    #: call's projections) in every round where the outputs are smaller than this; for larger
+    #: ones, in ``whole_check_rounds`` rounds the judge draws at random and keeps secret (handing
+    #: a GiB over costs about a second on an H100; the candidate keeps its outputs in every round).
+    whole_check_all_below_bytes: int = 64 << 20
+    whole_check_rounds: int = 3
     # The candidate's own clock (CUDA events or perf_counter in its process) against the judge's
     # wall clock of each block: the time the candidate leaves unaccounted may exceed the
     # reference's (in the block beside it) by at most clock_slack x the block's wall time +
