@@ -12,7 +12,7 @@ from typing import Any
 from agents.records import Trajectory
 from kloom.profile import Profile
 from kloom.speedup import NO_CHANGE, measured
-from services.worker.profiler.summary import summarise
+from kloom.profile_summary import summarise
 
 from .runner import load_trajectories
 
