@@ -28,9 +28,9 @@ from pathlib import Path
 
 from kloom.profile import kernel_key
 from kloom.profile_summary import summarise
+from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload
 from services.worker.evaluator import sandbox
-from services.worker.evaluator.static_check import check_candidate
 
 from . import ncu as N
 from . import timeline as tl
