@@ -20,6 +20,9 @@ from kloom.db import create_db_engine, session_factory
 from kloom.settings import Settings
 from services.db.models import Worker
 
+from .broker import dispatch
+from .sweep import sweep
+
 log = logging.getLogger(__name__)
 
 
@@ -182,9 +185,6 @@ class HeartbeatStep(bootsteps.StartStopStep):
         self._register(self.heartbeat)
         self.threads.append(Every("heartbeat", settings.heartbeat_interval_s, self.heartbeat.beat))
         if settings.worker_sweep:
-            from .celery_app import dispatch
-            from .sweep import sweep
-
             self.threads.append(
                 Every("sweep", settings.sweep_interval_s, lambda: sweep(sessions, settings, lambda j, q: dispatch(worker.app, j, q)))
             )

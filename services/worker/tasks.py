@@ -28,7 +28,7 @@ from services.db import jobs as job_ops
 from services.db.models import Job, StepRecord
 from services.db.sink import DBSink, LeaseLost, waiting_for_database
 
-from .celery_app import RUN_JOB, dispatch
+from .broker import RUN_JOB, dispatch
 
 log = logging.getLogger(__name__)
 

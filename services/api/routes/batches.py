@@ -11,7 +11,7 @@ from sqlalchemy import delete, func, select
 from kloom import suite
 from kloom.workload import read_source
 from services.db.models import Batch, Job
-from services.worker.celery_app import dispatch
+from services.worker.broker import dispatch
 
 from .. import workloads
 from ..batch_aggregate import aggregate, job_row
