@@ -27,7 +27,7 @@ from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
 from agents.sinks import FileSink
 from kloom.suite import discover, resolve_suite
 
-from .archive import ARCHIVE, load_trajectories  # noqa: F401 - load_trajectories is read from here by report.py
+from .archive import ARCHIVE
 
 
 @dataclass
