@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kloom.clock import utcnow
 from kloom.db import create_db_engine, session_factory
+from kloom.roofline import detect_profile
 from kloom.settings import Settings
 from services.db.models import Worker
+from services.worker.profiler.nvml import NvmlSampler, gpu_inventory as nvml_inventory
 
 from .broker import dispatch
 from .sweep import sweep
@@ -28,10 +30,6 @@ log = logging.getLogger(__name__)
 
 def gpu_inventory() -> list[dict]:
     """This machine's GPUs from NVML (the profiler's reader), or none where it is not installed."""
-    try:
-        from services.worker.profiler.nvml import gpu_inventory as nvml_inventory
-    except ImportError:
-        return []
     try:
         entries = list(nvml_inventory())
     except Exception as exc:  # noqa: BLE001 - a machine without a driver reports no GPUs
@@ -50,8 +48,6 @@ def with_usage(gpus: list[dict]) -> list[dict]:
     if not gpus:
         return gpus
     try:
-        from services.worker.profiler.nvml import NvmlSampler
-
         with NvmlSampler([g["index"] for g in gpus]) as sampler:
             pass  # entering and leaving takes one sample of each GPU
     except Exception as exc:  # noqa: BLE001 - a heartbeat goes out whatever NVML says
@@ -83,8 +79,6 @@ def profile_name(gpus: list[dict]) -> str:
     """The hardware profile the roofline uses on this machine. A GPU worker measures its own
     ceilings on first start (matmul rate, HBM, peer copy, collective bus bandwidth) and reuses
     the saved calibration for a week; the evaluator then reads that saved profile by name."""
-    from kloom.roofline import detect_profile
-
     fallback = detect_profile({"gpu": gpus[0].get("name", "")} if gpus else {})
     if not gpus:
         return fallback
