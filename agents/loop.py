@@ -20,9 +20,11 @@ from kloom.workload import WorkloadError, inspect_workload, read_source
 from .analysis import build_analysis, untraced_analysis
 from .exits import FatalRoleError, JobCancelled, JobExit, JobFailed, JobStopped, JobSucceeded, RoleUnavailable
 from .limits import Budget, LimitReached
+from .llm import LLMClient, LLMCoder, LLMPlanner, LLMSettings
 from .records import NOT_EVALUATED, JobSpec, Plan, Step, Trajectory, Usage
 from .roles import Coder, Evaluator, KBAdvice, Planner, PlanningContext
 from .sinks import TrajectorySink
+from .strategist import OfflineCoder, OfflinePlanner
 from .strategist.codegen import source_rewrites
 from .verifier import Profiler, Verifier
 
@@ -40,11 +42,7 @@ class KnowledgeBase(Protocol):
 def make_roles(spec: JobSpec) -> tuple[Planner, Coder]:
     """The offline strategist by default; the LLM roles when a model is named."""
     if spec.strategist in ("", "offline"):
-        from .strategist import OfflineCoder, OfflinePlanner
-
         return OfflinePlanner(), OfflineCoder()
-    from .llm import LLMClient, LLMCoder, LLMPlanner, LLMSettings
-
     client = LLMClient(LLMSettings.from_env(model=spec.strategist, **spec.options.get("llm", {})))
     return LLMPlanner(client), LLMCoder(client)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 from kloom.clock import timestamp
 from kloom.evaluation import BaselineResult, EvalResult, TimingRecord
 from kloom.profile import Profile
+from kloom.speedup import NO_FASTER, measured
 
 from .analysis import Analysis
 
@@ -35,10 +36,6 @@ Device = Literal["cpu", "cuda"]
 StepStatus = str
 #: Steps that evaluated no candidate.
 NOT_EVALUATED = frozenset({"coder_failed", "skipped"})
-
-
-#: The records' times are ISO text (``kloom.clock.timestamp``); the name the trajectory's defaults use.
-utcnow = timestamp
 
 
 def device_of(device_kind: str) -> Device:
@@ -193,8 +190,8 @@ class Trajectory:
     state: JobState = "queued"
     stop_reason: str = ""
     overhead_usage: Usage = field(default_factory=Usage)  # model calls that produced no step
-    created_at: str = field(default_factory=utcnow)
-    updated_at: str = field(default_factory=utcnow)
+    created_at: str = field(default_factory=timestamp)
+    updated_at: str = field(default_factory=timestamp)
     version: int = TRAJECTORY_VERSION
 
     # Derived, never stored separately -----------------------------------------------------------
@@ -215,8 +212,6 @@ class Trajectory:
         kernel beats the reference beyond the 95% interval of its timing), ``no faster kernel
         found`` (correct kernels only as fast as the reference, slower, or within the noise:
         the reference stands at 1.00x), or ``no correct kernel``."""
-        from kloom.speedup import NO_FASTER, measured
-
         best = self.best_step
         if best is None:
             return "no correct kernel"
@@ -239,15 +234,6 @@ class Trajectory:
         for step in self.steps:
             total = total.add(step.usage)
         return total
-
-    def best_so_far(self) -> list[float | None]:
-        """Best speedup after each step (None until a correct step)."""
-        best, out = None, []
-        for step in self.steps:
-            if step.speedup is not None and (best is None or step.speedup > best):
-                best = step.speedup
-            out.append(best)
-        return out
 
     def to_dict(self) -> dict[str, Any]:
         """The trajectory as it is stored (its ``trajectory.json``, a job's row) and sent."""

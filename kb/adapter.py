@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from agents.records import Trajectory
 from agents.roles import KBAdvice
 from kloom.db import create_db_engine, session_factory, upgrade
+from kloom.settings import Settings
 
 from . import advice as kb_advice, ingest as kb_ingest
 from .signature import environment_of
@@ -21,8 +22,6 @@ def database_url(url: str | None = None) -> str:
     """``url`` if given, else the one kloom's settings name."""
     if url:
         return url
-    from kloom.settings import Settings
-
     return Settings().db_url
 
 

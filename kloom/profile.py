@@ -11,6 +11,7 @@ torch), so that profiling runs on GPU images with torch alone; a ``Profile`` rou
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -130,3 +131,40 @@ class Profile:
         """The ``n`` kernels with the most time, optionally only (or no) communication ones."""
         chosen = [k for k in self.kernels if communication is None or k.communication == communication]
         return sorted(chosen, key=lambda k: -k.total_us)[:n]
+
+
+_ANON = re.compile(r"\(anonymous namespace\)::")
+
+
+def kernel_key(name: str) -> str:
+    """A kernel's bare function name, for matching names across tools.
+
+    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` becomes
+    ``vectorized_elementwise_kernel``; a plain name (``nvjet_tst_...``, ``triton_poi_fused_0``)
+    stays as it is.
+    """
+    text = _ANON.sub("", name.strip())
+    if text.startswith("void "):
+        text = text[5:]
+    depth = 0
+    cut = len(text)
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    head = text[:cut]
+    plain = []
+    depth = 0
+    for ch in head:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            plain.append(ch)
+    bare = "".join(plain).strip()
+    return bare.rsplit("::", 1)[-1].split()[-1] if bare else name

@@ -13,6 +13,7 @@ from agents.analysis import Analysis
 from agents.records import Plan, Step
 from agents.roles import PlanningContext
 from kloom.evaluation import BaselineResult, ErrorInfo
+from kloom import static_check as sc
 from kloom.profile import Profile
 
 from .library import LibraryTemplate
@@ -243,8 +244,6 @@ def library_view(offered: list[LibraryTemplate]) -> list[dict[str, Any]]:
 
 def candidate_rules() -> dict[str, Any]:
     """The candidate format's allow-lists, read from the static checker so the prompt cannot drift."""
-    from services.worker.evaluator import static_check as sc
-
     return {
         "allowed_modules": sorted(m for m in sc.ALLOWED_MODULES if m != "__future__"),
         "denied_submodules": list(sc.DENIED_SUBMODULES),

@@ -24,8 +24,8 @@ import hashlib
 from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
 from agents.roles import CoderOutput, PlanningContext, StrategyHint
+from kloom.static_check import check_candidate
 from kloom.workload_parts import candidate_base
-from services.worker.evaluator.static_check import check_candidate
 
 from .catalog import Option, options_for, option_key
 from .codegen import NotApplicable, render

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from kloom.suite import discover
+from services.worker.evaluator import EvalSettings, Evaluator
 
 
 def measure_baselines(
@@ -20,8 +21,6 @@ def measure_baselines(
     on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Time each workload's reference at each world size; rows go to ``out`` (JSON lines)."""
-    from services.worker.evaluator import EvalSettings, Evaluator
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {}

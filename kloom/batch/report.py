@@ -4,43 +4,18 @@ speedup, fraction of the roofline floor, GPU time, LLM cost), as JSON, Markdown 
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from pathlib import Path
 from typing import Any
 
 from agents.records import Trajectory
 from kloom.profile import Profile
 from kloom.speedup import NO_CHANGE, measured
-from services.worker.profiler.summary import summarise
+from kloom.profile_summary import summarise
 
-from .runner import load_trajectories
+from .aggregate import aggregate, fast_p
+from .archive import load_trajectories
 
-FAST_P = (1.0, 1.2, 1.5, 2.0)
 REPORT_VERSION = 1
-
-
-def fast_p(rows: list[dict], p: float, measurable_only: bool = True) -> float:
-    """KernelBench's fast_p: the share of *all* workloads that are correct and faster than p x
-    baseline. By default only measurable wins count (the 95% interval of the speedup lies above
-    1.0); ``measurable_only=False`` counts every measured speedup above p, as the literature does."""
-    if not rows:
-        return 0.0
-
-    def counts(r: dict) -> bool:
-        speedup = r.get("measured_speedup", r["speedup"]) or 0.0
-        # A measurable win: the job's outcome (a kernel other than the reference's own copy, whose
-        # interval lies above 1.0). Rows of reports written before outcomes existed count as before.
-        if not r["correct"] or speedup <= p or r.get("strategy") == "reference_copy" and p >= 1.0:
-            return False  # the reference's own copy measures noise, never a speedup
-        return not measurable_only or r.get("outcome", "faster kernel found") == "faster kernel found"
-
-    return sum(1 for r in rows if counts(r)) / len(rows)
-
-
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 #: Where a batch directory keeps profiles taken after the batch (``benchmarks/profile_gpu.py
@@ -144,30 +119,31 @@ def build_report(out: str | Path) -> dict[str, Any]:
     settings = json.loads((out / "batch.json").read_text()) if (out / "batch.json").is_file() else {}
     trajectories = load_trajectories(out)
     records = profile_records(out)
-    rows = sorted((report_row(t, records) for t in trajectories), key=lambda r: (r["family"], r["workload"]))
+    rows = [report_row(t, records) for t in trajectories]
     left_out = json.loads((out / "left_out.json").read_text()) if (out / "left_out.json").is_file() else []
-    correct = [r for r in rows if r["correct"]]
-    fractions = [r["fraction_of_floor"] for r in correct if r["fraction_of_floor"]]
-    costs = [r["cost_usd"] for r in rows]
-    environment = {}
-    for t in trajectories:
-        environment = (t.baseline.environment if t.baseline else {}) or environment
-        if environment:
-            break
-    aggregate = {
-        "workloads": len(rows),
-        "finished": sum(1 for r in rows if r["state"] in ("succeeded", "failed", "stopped", "cancelled")),
-        "correct": len(correct),
-        "correctness_rate": len(correct) / len(rows) if rows else 0.0,
-        "fast_p": {str(p): fast_p(rows, p) for p in FAST_P},
+    return assemble(settings, trajectories, rows, left_out)
+
+
+def assemble(settings: dict[str, Any], trajectories: list[Trajectory], rows: list[dict[str, Any]], left_out: list) -> dict[str, Any]:
+    """A report from its workloads' rows (``report_row`` of each trajectory): the rows in order of
+    family and workload, their aggregates, those below half of their floor, and the environment of
+    the first job that recorded one. ``build_report``'s, and the API's for a batch it ran."""
+    rows = sorted(rows, key=lambda r: (r["family"], r["workload"]))
+    agg = aggregate(rows)
+    aggregates = {
+        "workloads": agg.workloads,
+        "finished": agg.finished,
+        "correct": agg.correct,
+        "correctness_rate": agg.correctness_rate,
+        "fast_p": agg.fast_p,
         # fast_1 as the literature counts it (any measured speedup above 1.0, noise included).
         "fast_1_any": fast_p(rows, 1.0, measurable_only=False),
         "faster_kernel_found": sum(1 for r in rows if r["outcome"] == "faster kernel found"),
         "no_measurable_change": sum(1 for r in rows if r["verdict"] == NO_CHANGE),
-        "geomean_speedup": geomean([r["speedup"] for r in correct]),
-        "median_fraction_of_floor": statistics.median(fractions) if fractions else None,
+        "geomean_speedup": agg.geomean_speedup,
+        "median_fraction_of_floor": agg.median_fraction_of_floor,
         "total_gpu_hours": sum(r["gpu_seconds"] for r in rows) / 3600,
-        "total_llm_cost_usd": None if any(c is None for c in costs) else sum(costs),
+        "total_llm_cost_usd": agg.total_cost_usd,
         "total_tokens": sum(r["tokens"] for r in rows),
     }
     below_half = [
@@ -178,8 +154,8 @@ def build_report(out: str | Path) -> dict[str, Any]:
     return {
         "version": REPORT_VERSION,
         "settings": settings,
-        "environment": environment,
-        "aggregate": aggregate,
+        "environment": next((t.baseline.environment for t in trajectories if t.baseline and t.baseline.environment), {}),
+        "aggregate": aggregates,
         "rows": rows,
         "below_half_of_floor": below_half,
         "left_out": left_out,

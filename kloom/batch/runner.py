@@ -26,8 +26,10 @@ from agents.loop import run_job
 from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
 from agents.sinks import FileSink
 from kloom.suite import discover, resolve_suite
+from services.worker.evaluator import EvalSettings, Evaluator
+from services.worker.profiler import job_profiler
 
-from .archive import ARCHIVE, load_trajectories  # noqa: F401 - load_trajectories is read from here by report.py
+from .archive import ARCHIVE
 
 
 @dataclass
@@ -94,9 +96,6 @@ def run_batch(
     on_event: Callable[[str, dict], None] | None = None,
 ) -> list[JobOutcome]:
     """Run (or resume) a batch into ``out``; returns one outcome per workload."""
-    from services.worker.evaluator import EvalSettings, Evaluator
-    from services.worker.profiler import job_profiler
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings.suite = str(resolve_suite(settings.suite))

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import torch
 
+from kloom.processes import NO_MULTICAST
+
 from .measure import CalibrationError, Sizes
 from .model import COLLECTIVES, bus_factor
-
-#: Set in every rank process: NVLink multicast stays off on shared hosts (shared/HARDWARE.md).
-FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +66,7 @@ def rank_environment() -> dict[str, str]:
     """The environment of a benchmark rank: ours, kloom importable, NVLink multicast off."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    env.update(FORCED_ENV)
+    env.update(NO_MULTICAST)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     env["PYTHONUNBUFFERED"] = "1"

@@ -22,6 +22,7 @@ from kloom import __version__
 from kloom.db import create_db_engine, session_factory
 from kloom.settings import Settings
 from services.worker import hardening
+from services.worker.celery_app import create_celery_app
 
 from . import API_PREFIX
 from .metrics import LatencyMiddleware, Metrics, record_route
@@ -54,8 +55,6 @@ def create_app(settings: Settings | None = None, *, celery: Celery | None = None
         dependencies=[Depends(record_route)],
     )
     if celery is None:
-        from services.worker.celery_app import create_celery_app
-
         celery = create_celery_app(settings)
     app.state.settings = settings
     app.state.engine = engine

@@ -17,7 +17,7 @@ from agents.records import JOB_STATES
 from kloom.clock import utcnow
 from services.api import API_PREFIX
 from services.db.models import Job, StepRecord, Worker
-from services.worker.celery_app import queue_depths
+from services.worker.broker import queue_depths
 
 ROUTE_KEY = "kloom.route"
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

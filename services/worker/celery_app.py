@@ -15,7 +15,7 @@ from celery import Celery, signals
 
 from kloom.settings import Settings
 
-RUN_JOB = "kloom.run_job"
+from . import hardening, heartbeat, tasks
 
 
 def create_celery_app(settings: Settings | None = None) -> Celery:
@@ -58,44 +58,11 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.kloom_settings = settings
-
-    from . import hardening, heartbeat, tasks
-
     # In the worker's main process, before it forks the child that runs jobs.
     signals.worker_init.connect(lambda **_: hardening.protect_process(), weak=False, dispatch_uid="kloom.protect_process")
     tasks.register(app)
     app.steps["worker"].add(heartbeat.HeartbeatStep)
     return app
-
-
-def dispatch(app: Celery, job_id: str, queue: str) -> None:
-    """Send a job's task to its device kind's queue."""
-    app.send_task(RUN_JOB, args=[job_id], queue=queue, routing_key=queue)
-
-
-def broker_status(app: Celery) -> tuple[bool, str]:
-    """Whether the broker answers now (``/health``), and what went wrong if not."""
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-            return True, ""
-    except Exception as exc:  # kombu raises transport-specific errors
-        return False, f"{type(exc).__name__}: {exc}"
-
-
-def queue_depths(app: Celery, queues: list[str]) -> dict[str, int]:
-    """Messages waiting in each queue (``/metrics``); queues that cannot be read are left out."""
-    depths: dict[str, int] = {}
-    with app.connection_for_read() as conn:
-        channel = conn.default_channel
-        for queue in queues:
-            try:
-                # kombu's virtual transports (Redis, filesystem) count a queue's messages with
-                # _size; a passive declare would refuse a queue that no worker has bound yet.
-                depths[queue] = int(channel._size(queue))
-            except Exception:  # noqa: BLE001 - a broker that cannot count leaves the queue out
-                continue
-    return depths
 
 
 def worker_name(queues: list[str]) -> str:

@@ -17,18 +17,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kloom.clock import utcnow
 from kloom.db import create_db_engine, session_factory
+from kloom.roofline import detect_profile
 from kloom.settings import Settings
 from services.db.models import Worker
+from services.worker.profiler.nvml import NvmlSampler, gpu_inventory as nvml_inventory
+
+from .broker import dispatch
+from .sweep import sweep
 
 log = logging.getLogger(__name__)
 
 
 def gpu_inventory() -> list[dict]:
     """This machine's GPUs from NVML (the profiler's reader), or none where it is not installed."""
-    try:
-        from services.worker.profiler.nvml import gpu_inventory as nvml_inventory
-    except ImportError:
-        return []
     try:
         entries = list(nvml_inventory())
     except Exception as exc:  # noqa: BLE001 - a machine without a driver reports no GPUs
@@ -47,8 +48,6 @@ def with_usage(gpus: list[dict]) -> list[dict]:
     if not gpus:
         return gpus
     try:
-        from services.worker.profiler.nvml import NvmlSampler
-
         with NvmlSampler([g["index"] for g in gpus]) as sampler:
             pass  # entering and leaving takes one sample of each GPU
     except Exception as exc:  # noqa: BLE001 - a heartbeat goes out whatever NVML says
@@ -80,8 +79,6 @@ def profile_name(gpus: list[dict]) -> str:
     """The hardware profile the roofline uses on this machine. A GPU worker measures its own
     ceilings on first start (matmul rate, HBM, peer copy, collective bus bandwidth) and reuses
     the saved calibration for a week; the evaluator then reads that saved profile by name."""
-    from kloom.roofline import detect_profile
-
     fallback = detect_profile({"gpu": gpus[0].get("name", "")} if gpus else {})
     if not gpus:
         return fallback
@@ -182,9 +179,6 @@ class HeartbeatStep(bootsteps.StartStopStep):
         self._register(self.heartbeat)
         self.threads.append(Every("heartbeat", settings.heartbeat_interval_s, self.heartbeat.beat))
         if settings.worker_sweep:
-            from .celery_app import dispatch
-            from .sweep import sweep
-
             self.threads.append(
                 Every("sweep", settings.sweep_interval_s, lambda: sweep(sessions, settings, lambda j, q: dispatch(worker.app, j, q)))
             )

@@ -21,14 +21,15 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from agents.records import FINISHED_STATES
+from agents.records import FINISHED_STATES, Trajectory
 from kloom.db import create_db_engine, session_factory
 from kloom.settings import Settings
 from services.db import jobs as job_ops
 from services.db.models import Job, StepRecord
 from services.db.sink import DBSink, LeaseLost, waiting_for_database
 
-from .celery_app import RUN_JOB, dispatch
+from .broker import RUN_JOB, dispatch
+from .watch import JobWatch, WatchedEvaluator, WatchedSink
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +88,11 @@ def execute_job(app: Celery, job_id: str, *, worker_id: str) -> str:
 
 
 def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink, settings: Settings):
+    # The loop and the evaluator import torch: only the process that runs a job loads them (the
+    # worker's main process and the API, which import this module, stay without it).
     from agents.loop import run_job
-    from agents.records import Trajectory
     from services.worker.evaluator import Evaluator
     from services.worker.profiler import job_profiler
-
-    from .watch import JobWatch, WatchedEvaluator, WatchedSink
 
     def load() -> tuple[Job, list[dict]]:
         with sessions() as session:

@@ -19,8 +19,8 @@ from agents.strategist import OfflinePlanner
 from agents.strategist.bincount import few_bin_count
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import render, source_rewrites
+from kloom.static_check import check_candidate
 from kloom.suite import find
-from services.worker.evaluator.static_check import check_candidate
 
 WORKLOAD = "distributed_sort"
 

@@ -20,8 +20,8 @@ from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from agents.strategist.depthwise import depthwise_conv
+from kloom.static_check import check_candidate
 from kloom.suite import find
-from services.worker.evaluator.static_check import check_candidate
 
 WORKLOAD = "causal_conv1d_cp"
 #: bf16: the evaluator's tolerance (services/worker/evaluator/compare.py); float32/float64: tighter than its.

@@ -18,9 +18,9 @@ from agents.analysis import Analysis
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from agents.strategist.fused_matmul import fused_ag_matmul
+from kloom.static_check import check_candidate
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
-from services.worker.evaluator.static_check import check_candidate
 
 ROOT = Path(__file__).parents[2]
 PARAMS = {"wrapper": "none", "rewrites": ["fused_ag_matmul"]}

@@ -18,8 +18,8 @@ from agents.roles import PlanningContext
 from agents.strategist import OfflineCoder, OfflinePlanner
 from kloom.cli import app
 from kloom.evaluation import BaselineResult, EvalResult
+from kloom.static_check import check_candidate
 from kloom.suite import find
-from services.worker.evaluator.static_check import check_candidate
 
 SUITE_WORKLOADS = ["tp_allreduce_residual_rmsnorm", "vocab_parallel_cross_entropy", "all_reduce_small"]
 

@@ -25,8 +25,8 @@ from agents.strategist.embed import EmbedError, inline_modules
 from agents.strategist.overlap.matmul_ar import matmul_all_reduce
 from agents.strategist.overlap.rewrite import OVERLAP_HELPER
 from agents.strategist.overlap.ring import ring_exchange
+from kloom.static_check import check_candidate
 from kloom.suite import find
-from services.worker.evaluator.static_check import check_candidate
 
 ROOT = Path(__file__).parents[2]
 PARAMS = {"wrapper": "none", "rewrites": ["overlap"]}

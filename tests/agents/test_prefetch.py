@@ -22,9 +22,9 @@ from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import NotApplicable, render, source_rewrites
 from agents.strategist.prefetch import PREFETCH_HELPER, prefetch_exchange
+from kloom.static_check import check_candidate
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
-from services.worker.evaluator.static_check import check_candidate
 from tests import eval_records
 
 RING = ("cp_ring_attention", "cp_ring_attention_causal")

@@ -11,7 +11,7 @@ import pytest
 from agents.strategist.codegen import render
 from agents.strategist.embed import EmbedError, runtime_file, runtime_source
 from agents.strategist.symm_allreduce import symm_allreduce_helper
-from services.worker.evaluator.static_check import ALLOWED_MODULES, check_candidate
+from kloom.static_check import ALLOWED_MODULES, check_candidate
 
 STRATEGIST = Path(runtime_file("agents.strategist.codegen")).parent  # agents/strategist/
 RUNTIMES = sorted(f"agents.strategist.{p.parent.name}.runtime" for p in STRATEGIST.glob("*/runtime.py") if p.parent.name != "overlap")

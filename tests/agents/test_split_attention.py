@@ -20,8 +20,8 @@ from agents.analysis import build_analysis, untraced_analysis
 from agents.strategist import OfflinePlanner
 from agents.strategist.attention import split_causal_attention
 from agents.strategist.codegen import render, source_rewrites
+from kloom.static_check import check_candidate
 from kloom.suite import find
-from services.worker.evaluator.static_check import check_candidate
 from tests import eval_records
 
 WORKLOAD = "cp_allgather_kv_attention"

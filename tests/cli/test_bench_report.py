@@ -126,7 +126,7 @@ def test_profile_gpu_stopped_by_sigterm_leaves_no_rank_running(tmp_path):
     import sys
     import time
 
-    from services.worker.profiler.launch import descendants
+    from kloom.processes import descendants
 
     cmd = [sys.executable, str(ROOT / "benchmarks" / "profile_gpu.py"), "--device", "cpu", "--world-size", "2",
            "--workloads", "tp_allgather_gemm,all_reduce_large", "--no-evaluate", "--out", str(tmp_path / "out")]

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.records import JobSpec, Plan, Step, Trajectory
-from kloom.batch.report import build_report, fast_p, report_row, to_markdown
+from kloom.batch.aggregate import fast_p
+from kloom.batch.report import build_report, report_row, to_markdown
 from kloom.cli import app
 from kloom.speedup import measured, paired_interval, stats_interval, verdict
 from kloom.evaluation import TimeStats, TimingRecord

@@ -18,9 +18,9 @@ from agents.loop import run_job
 from agents.sinks import FileSink
 from agents.records import JobSpec, Limits
 from kloom.importers import import_kernelbench, import_pkb
+from kloom.static_check import check_candidate
 from kloom.workload import inspect_workload
 from kloom.workload_parts import candidate_base
-from services.worker.evaluator.static_check import check_candidate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PKB = FIXTURES / "pkb_dev"

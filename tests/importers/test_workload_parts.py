@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from kloom.static_check import check_candidate
 from kloom.workload_parts import candidate_base, rename_shadowed_builtins
-from services.worker.evaluator.static_check import check_candidate
 
 WORKLOAD = '''\
 from __future__ import annotations

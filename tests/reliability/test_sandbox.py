@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from reliability_helpers import ROOT
+from kloom.static_check import check_candidate
 from services.worker.evaluator import EvalSettings, Evaluator, sandbox, sandbox_view
-from services.worker.evaluator.static_check import check_candidate
 
 PLATFORM = sandbox.platform()
 needs_root = pytest.mark.skipif(not PLATFORM.root, reason="namespaces and cgroups for pools need root here")

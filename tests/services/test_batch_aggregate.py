@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.api.batch_aggregate import aggregate, job_row
-from services.api.routes.batches import summarize
+from kloom.batch.aggregate import aggregate
+from services.api.routes.batches import job_row, summarize
 from services.db.models import Job
 
 

@@ -15,7 +15,8 @@ from service_helpers import queue_length, submit, wait_for
 from services.db import jobs as job_ops
 from services.db.models import Job, Worker
 from services.db.sink import DBSink
-from services.worker.celery_app import create_celery_app, dispatch
+from services.worker.broker import dispatch
+from services.worker.celery_app import create_celery_app
 from services.worker.sweep import sweep
 from services.worker.tasks import execute_job
 

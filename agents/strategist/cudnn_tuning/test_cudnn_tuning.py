@@ -5,7 +5,7 @@ import torch
 
 from agents.analysis import build_analysis
 from agents.strategist.cudnn_tuning import candidate, options
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 from services.worker.evaluator.tracing import trace_call
 
 REFERENCE = '''import torch

@@ -7,7 +7,7 @@ import torch
 from agents.analysis import build_analysis
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import render
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 from services.worker.evaluator.tracing import trace_call
 
 GEMM_ONLY = '''import torch

@@ -9,12 +9,12 @@ from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy import delete, func, select
 
 from kloom import suite
+from kloom.batch.aggregate import aggregate
 from kloom.workload import read_source
 from services.db.models import Batch, Job
-from services.worker.celery_app import dispatch
+from services.worker.broker import dispatch
 
 from .. import workloads
-from ..batch_aggregate import aggregate, job_row
 from ..deps import CeleryDep, CurrentKey, SessionDep, SettingsDep
 from ..schemas import MAX_INT, BatchCreate, BatchesPublic, BatchPublic, BatchSummary, BatchWorkload
 from .jobs import broker_unavailable, check_device_kind, new_job
@@ -114,6 +114,18 @@ def batch_public(batch: Batch, jobs: list[Job], *, with_workloads: bool = False)
 def _progress(job: Job) -> dict:
     fields = ("workload_name", "workload_family", "state", "stop_reason", "num_steps", "best_speedup", "best_fraction_of_floor", "cost_usd")
     return {f: getattr(job, f) for f in fields}
+
+
+def job_row(job: Job) -> dict:
+    """The fields of a report row (``kloom.batch.report.report_row``) that a job row holds, for the
+    batch's aggregate (``kloom.batch.aggregate``)."""
+    return {
+        "state": job.state,
+        "correct": job.best_step_index is not None,
+        "speedup": job.best_speedup,
+        "fraction_of_floor": job.best_fraction_of_floor,
+        "cost_usd": job.cost_usd,
+    }
 
 
 def summarize(jobs: list[Job]) -> BatchSummary:

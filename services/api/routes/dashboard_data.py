@@ -19,7 +19,6 @@ from services.db.jobs import job_spec
 from services.db.models import Batch, Job, StepRecord
 
 from .. import workloads
-from ..batch_aggregate import aggregate
 from ..deps import CurrentKey, SessionDep, SettingsDep, owned_job
 
 router = APIRouter(tags=["dashboard"])
@@ -170,36 +169,7 @@ def build_batch_report(session: Session, batch: Batch) -> dict[str, Any]:
         for job_id, data in rows:
             steps[job_id].append(data)
     trajectories = [job_trajectory_record(job, steps[job.id]) for job in jobs]
-    # The batch report's own row builder, so that the API's report and ``kloom bench report`` agree.
-    rows = sorted(
-        ({**batch_report.report_row(t), "job_id": job.id} for job, t in zip(jobs, trajectories)), key=lambda r: (r["family"], r["workload"])
-    )
-    agg = aggregate(rows)
-    environment = next((t.baseline.environment for t in trajectories if t.baseline and t.baseline.environment), {})
-    totals = {
-        "workloads": agg.workloads,
-        "finished": agg.finished,
-        "correct": agg.correct,
-        "correctness_rate": agg.correctness_rate,
-        "fast_p": agg.fast_p,
-        "geomean_speedup": agg.geomean_speedup,
-        "median_fraction_of_floor": agg.median_fraction_of_floor,
-        "total_gpu_hours": sum(r["gpu_seconds"] for r in rows) / 3600,
-        "total_llm_cost_usd": agg.total_cost_usd,
-        "total_tokens": sum(r["tokens"] for r in rows),
-    }
-    below_half = [
-        {"workload": r["workload"], "fraction_of_floor": r["fraction_of_floor"], "dominant": r["dominant"], "bottleneck": r["bottleneck"]}
-        for r in rows
-        if r["correct"] and r["fraction_of_floor"] is not None and r["fraction_of_floor"] < 0.5
-    ]
+    # The batch report's own row builder and assembly, so that the API's report and ``kloom bench report`` agree.
+    rows = [{**batch_report.report_row(t), "job_id": job.id} for job, t in zip(jobs, trajectories)]
     settings = {"suite": batch.suite, **batch.settings, "device": device_of(batch.settings.get("device_kind", "cpu"))}
-    return {
-        "version": batch_report.REPORT_VERSION,
-        "settings": settings,
-        "environment": environment,
-        "aggregate": totals,
-        "rows": rows,
-        "below_half_of_floor": below_half,
-        "left_out": [],
-    }
+    return batch_report.assemble(settings, trajectories, rows, [])

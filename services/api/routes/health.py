@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response, status
 from sqlalchemy import text
 
 from services.db import workers
-from services.worker.celery_app import broker_status
+from services.worker.broker import broker_status
 
 from ..schemas import Check, Health
 

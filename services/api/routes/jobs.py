@@ -18,7 +18,7 @@ from kloom.clock import utcnow
 from services.db import jobs as job_ops
 from services.db import workers
 from services.db.models import Job, JobEvent, StepRecord
-from services.worker.celery_app import dispatch
+from services.worker.broker import dispatch
 
 from .. import workloads
 from ..deps import CeleryDep, CurrentKey, SessionDep, SettingsDep, owned_job

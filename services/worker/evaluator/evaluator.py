@@ -28,14 +28,15 @@ from pathlib import Path
 
 from kloom.evaluation import EVALUATOR_VERSION, BaselineResult, ErrorInfo, EvalResult
 from kloom.roofline import RooflineTerms, detect_profile, estimate, load_profile
+from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload, read_source
 
 from . import precision
 from .judge import JudgePools, Stop, replies_value, stats
+from .judge_trials import Trials
 from .pool import PoolFailure, Replies
 from .protocol import materialize
 from .settings import EvalSettings
-from .static_check import check_candidate
 
 _COMPILE_ERROR_TYPES = {"CompilationError", "CompileError", "BackendCompilerFailed", "InductorError"}
 
@@ -261,8 +262,6 @@ class Evaluator:
             raise EvaluatorUnavailable(f"could not start {world_size} rank processes on {self.device}: {failure}\n{failure.log_tail}") from failure
 
     def _run(self, pools: JudgePools, info, source: str, level: str, result: EvalResult) -> None:
-        from .judge_trials import Trials
-
         Trials(self, pools, info, source, level, result).run()
 
     # Helpers -----------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from kloom.processes import child_pids
+
 _WATCHED_MODULES = {
     "time": time,
     "torch": torch,
@@ -100,32 +102,6 @@ def _defined_in_torch(obj) -> bool:
 
 def _current(modname: str, attr: str):
     return vars(_WATCHED_MODULES[modname]).get(attr)
-
-
-def child_pids(pid: int | None = None) -> list[int]:
-    """Live child processes of ``pid`` (this process by default)."""
-    pid = os.getpid() if pid is None else pid
-    children: list[int] = []
-    task_dir = f"/proc/{pid}/task"
-    try:
-        for tid in os.listdir(task_dir):
-            try:
-                with open(f"{task_dir}/{tid}/children") as fh:
-                    children.extend(int(c) for c in fh.read().split())
-            except OSError:
-                continue
-    except OSError:
-        return []
-    alive = []
-    for child in children:
-        try:
-            with open(f"/proc/{child}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(child)
-    return alive
 
 
 @dataclass

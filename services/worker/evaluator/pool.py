@@ -16,46 +16,26 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
+from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, wait_stopped
+
 from . import sandbox
+from .pool_replies import PoolFailure, Replies
 from .protocol import recv_reply, send_command
 from .settings import EvalSettings
+
+__all__ = ["PoolFailure", "RankPool", "Replies"]
 
 #: CPU seconds a waiting rank must use to count as making progress (``request(stall_s=...)``).
 STALL_CPU_S = 0.05
 #: How long ``stop`` waits for every thread of a stopped side to show as stopped.
 STOP_WAIT_S = 0.5
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 #: After one rank reports an error, how long the others get to answer before they are taken
 #: as stuck (typically waiting in a collective for the rank that failed).
 ERROR_GRACE_S = 5.0
-
-
-class PoolFailure(Exception):
-    """The pool cannot go on: a rank died, or did not answer in time."""
-
-    def __init__(self, kind: str, message: str, rank: int | None = None, log_tail: str = "", role: str = ""):
-        super().__init__(message)
-        self.kind = kind  # "crashed" | "timeout" | "start"
-        self.rank = rank
-        self.log_tail = log_tail
-        self.role = role  # the pool's ("reference" or "candidate"), where known
-
-
-@dataclass
-class Replies:
-    by_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
-    missing: list[int] = field(default_factory=list)
-
-    def errors(self) -> list[tuple[int, dict]]:
-        return [(r, rep["error"]) for r, rep in sorted(self.by_rank.items()) if not rep.get("ok")]
-
-    def violations(self) -> list[tuple[int, str]]:
-        return [(r, v) for r, rep in sorted(self.by_rank.items()) for v in rep.get("violations", [])]
 
 
 class RankPool:
@@ -163,26 +143,8 @@ class RankPool:
                 },
                 cache_dir=cache,
             )
-            status_read, status_write = os.pipe()
-            log = open(self._log_path(rank), "wb")
-            try:
-                command = self.isolation.command(rank, status_write, [sandbox.python_executable(), "-m", "services.worker.evaluator.rank"])
-                proc = subprocess.Popen(
-                    command,
-                    env=env,
-                    cwd=self.workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=(status_write,),
-                )
-            except BaseException:
-                os.close(status_read)
-                raise
-            finally:
-                log.close()
-                os.close(status_write)
+            argv = [sandbox.python_executable(), "-m", "services.worker.evaluator.rank"]
+            proc, status_read = self.isolation.spawn(rank, argv, env, self.workdir, self._log_path(rank))
             self.procs.append(proc)
             try:
                 self.isolation.started(rank, proc.pid, status_read, self.settings.start_timeout_s)
@@ -422,81 +384,11 @@ class RankPool:
                 except subprocess.TimeoutExpired:
                     code = None
             if code is not None:
-                how = f"exit code {code}"
-                if code < 0:
-                    try:
-                        how = f"signal {signal.Signals(-code).name}"
-                    except ValueError:
-                        how = f"signal {-code}"
-                raise PoolFailure("crashed", f"rank {rank} died during {phase} ({how})", rank, self._log_tail(rank))
+                raise PoolFailure("crashed", f"rank {rank} died during {phase} ({exit_description(code)})", rank, self._log_tail(rank))
 
     def _log_path(self, rank: int) -> str:
         return os.path.join(self.workdir or tempfile.gettempdir(), f"rank{rank}.log")
 
     def _log_tail(self, rank: int, limit: int = 4000) -> str:
-        try:
-            with open(self._log_path(rank), "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - limit))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return log_tail(self._log_path(rank), limit)
 
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``."""
-    from .integrity import child_pids
-
-    found, todo = [], [pid]
-    while todo:
-        for child in child_pids(todo.pop()):
-            if child not in found:
-                found.append(child)
-                todo.append(child)
-    return found
-
-
-def wait_stopped(pids: list[int], timeout: float) -> bool:
-    """Whether every thread of ``pids`` (those still alive) reached a stopped state within
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    pending = list(pids)
-    while True:
-        pending = [pid for pid in pending if not _all_threads_stopped(pid)]
-        if not pending:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.0005)
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    """True when every thread of ``pid`` is stopped (T, t), gone or a zombie."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for tid in tids:
-        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
-        if fields and fields[0] not in ("T", "t", "Z", "X"):
-            return False
-    return True
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User and system CPU time of ``pid`` (0 when it is gone)."""
-    fields = _stat_fields(f"/proc/{pid}/stat")
-    if len(fields) < 13:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
-def _stat_fields(path: str) -> list[str]:
-    """The fields of a ``/proc/.../stat`` file after the command name (state first), or [] when
-    the process or thread is gone."""
-    try:
-        with open(path) as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []

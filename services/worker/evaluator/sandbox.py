@@ -3,9 +3,10 @@ own view of the filesystem (read-only, the service's data hidden), resource limi
 unprivileged user and, where the platform allows, network, IPC and pid namespaces and a cgroup of
 its pool. ``docs/reliability.md`` lists what is enforced where, and what is not.
 
-``PoolIsolation`` plans one pool's sandbox in the pool's process; the pool starts every rank
-through ``sandbox_launcher.py`` (run as a script), which applies the plan and ``exec``s the rank.
-Standard library only.
+``PoolIsolation`` plans one pool's sandbox in the pool's process and starts every rank through
+``sandbox_launcher.py`` (run as a script), which applies the plan and ``exec``s the rank. The
+rank's environment is ``sandbox_env.py``'s, the user it runs as ``sandbox_user.py``'s, its view of
+the filesystem ``sandbox_view.py``'s, its pool's cgroup ``sandbox_cgroup.py``'s. Standard library only.
 """
 
 from __future__ import annotations
@@ -14,89 +15,32 @@ import dataclasses
 import json
 import os
 import pwd
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 from . import sandbox_launcher, sandbox_view
 from .sandbox_cgroup import PoolCgroup, cgroup_controllers, owner_alive
+from .sandbox_env import compiler_cache_dir, package_root, python_executable, rank_environment
 from .sandbox_launcher import HIDDEN_PATHS, KEPT_CAPABILITIES, Plan, SandboxError
+from .sandbox_user import SERVICE_RANK_USER, can_run_as, rank_user, share_with_ranks
 
 #: The script every rank is started through.
 LAUNCHER = os.path.abspath(sandbox_launcher.__file__)
 
-__all__ = ["HIDDEN_PATHS", "KEPT_CAPABILITIES", "LAUNCHER", "PoolCgroup", "PoolIsolation", "Plan", "SandboxError", "for_service", "platform", "rank_environment"]
+__all__ = [
+    "HIDDEN_PATHS", "KEPT_CAPABILITIES", "LAUNCHER", "SERVICE_RANK_USER", "PoolCgroup", "PoolIsolation", "Plan", "SandboxError",
+    "compiler_cache_dir", "for_service", "platform", "python_executable", "rank_environment", "share_with_ranks",
+]
 
-#: Environment variables a rank inherits; everything else (API keys, database URLs, LLM
-#: credentials) stays behind.
-_PASS_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "NVIDIA_", "OMP_", "MKL_", "GLOO_", "NVSHMEM_")
-_PASS_NAMES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX", "TERM", "TZ", "VIRTUAL_ENV")
-#: Names that look like credentials stay behind even under a passed prefix (``TORCH_HUB_TOKEN``).
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-#: Set in every rank: NVLink multicast stays off on shared hosts; one compile thread so that
-#: torch.compile starts no worker processes (a live child process is a reason to reject).
-_FORCED = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    "GLOO_SOCKET_IFNAME": "lo",
-    "NCCL_SOCKET_IFNAME": "lo",
-    "PYTHONUNBUFFERED": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
 #: Temporary directories: other pools' directories and other jobs' workloads live there. Covered
 #: for a service's ranks (``EvalSettings.private_tmp``); the rank's own directory shows through.
 SCRATCH_PATHS = ("/tmp", "/var/tmp")
-#: The user the service runs ranks as when its worker is root (``EvalSettings.rank_user``).
-SERVICE_RANK_USER = "nobody"
 
-
-
-# The rank's environment ------------------------------------------------------------------------
-def rank_environment(workdir: str, extra: dict[str, str], cache_dir: str | None = None) -> dict[str, str]:
-    """The whole environment of a rank: passed names only, credentials never, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if (k in _PASS_NAMES or any(k.startswith(p) for p in _PASS_PREFIXES))
-        and not any(word in k.upper() for word in _SECRET_WORDS)
-    }
-    # The package must stay importable from the private working directory.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-    env.update(_FORCED)
-    env["HOME"] = workdir
-    env["TMPDIR"] = workdir
-    # Compiler caches outlive a pool, so that a rebuilt pool does not compile everything again;
-    # always these (the only writable ones in a rank's view), whatever the host's variables say.
-    cache = cache_dir or compiler_cache_dir()
-    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
-    env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
-    env["TORCH_EXTENSIONS_DIR"] = os.path.join(cache, "extensions")
-    env.update(extra)
-    return env
-
-
-def compiler_cache_dir(uid: int | None = None, scope: list[str] | None = None) -> str:
-    """The compiler caches of ranks running as ``uid`` (default: this process's user), in a
-    directory of their ``scope`` (say, the job's owner and the pool's role) when one is given."""
-    own = uid is None or uid == os.geteuid()
-    base = os.environ.get("KLOOM_CACHE_DIR") or (os.path.join(os.path.expanduser("~"), ".cache", "kloom") if own else tempfile.gettempdir())
-    path = base if own else os.path.join(base, f"kloom-cache-{uid}")
-    for part in [""] + [re.sub(r"[^A-Za-z0-9_.-]", "_", s)[:80] for s in scope or [] if s]:
-        path = os.path.join(path, part) if part else path
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        if not own:
-            os.chown(path, uid, -1)
-    return path
-
-
-def python_executable() -> str:
-    return sys.executable
 
 
 # What the platform allows ----------------------------------------------------------------------
@@ -158,7 +102,7 @@ class PoolIsolation:
         self.platform = platform()
         # With a view of its own, the rank user needs no way to the interpreter on the host.
         self.viewed = self.platform.mountns and self.platform.view
-        self.user = _rank_user(settings.rank_user, check=not self.viewed) if self.platform.root else None
+        self.user = rank_user(settings.rank_user, check=not self.viewed) if self.platform.root else None
         self.network = bool(settings.isolate_network) and self.platform.netns
         self.namespaces = (["net", "ipc"] if self.network else []) + (["pid"] if self.platform.pidns and self.viewed else [])
         self.cgroup = PoolCgroup.create(self.platform.cgroups, self._pids_max(), self._memory_max())
@@ -219,6 +163,31 @@ class PoolIsolation:
             parent=os.getpid(),
         )
         return [python_executable(), LAUNCHER, json.dumps(dataclasses.asdict(plan)), "--", *argv]
+
+    def spawn(self, rank: int, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> tuple[subprocess.Popen, int]:
+        """Start rank ``rank`` as ``argv`` through the launcher, in a session of its own, its output
+        to ``log_path``; returns the process and the read end of its launcher's status pipe (for
+        ``started``, which closes it)."""
+        status_read, status_write = os.pipe()
+        log = open(log_path, "wb")
+        try:
+            proc = subprocess.Popen(
+                self.command(rank, status_write, argv),
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(status_write,),
+            )
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            log.close()
+            os.close(status_write)
+        return proc, status_read
 
     def started(self, rank: int, pid: int, status_read_fd: int, timeout_s: float) -> None:
         """Wait for rank ``rank``'s launcher to report; raises ``SandboxError`` with its reason."""
@@ -284,13 +253,9 @@ class PoolIsolation:
             return 0
 
 
-def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
 def _code_paths() -> list[str]:
     """What a rank runs: kloom's source tree, the interpreter and its prefixes."""
-    paths = {_package_root(), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python_executable()))}
+    paths = {package_root(), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python_executable()))}
     return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
 
 
@@ -320,21 +285,6 @@ def protect_process() -> None:
     sandbox_launcher.prctl(sandbox_launcher.PR_SET_DUMPABLE, 0)
 
 
-def _rank_user(name: str, check: bool = True) -> pwd.struct_passwd | None:
-    """The user ranks run as, when this process is root and one is set (``root``: none). Unless
-    the ranks get a view of their own (which shows them the interpreter), ``check`` that the
-    user can run it."""
-    if not name or name == "root":
-        return None
-    try:
-        user = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-    except KeyError:
-        raise SandboxError(f"rank user {name!r} does not exist on this machine") from None
-    if user.pw_uid == 0:
-        return None
-    if check and not can_run_as(user):
-        raise SandboxError(f"rank user {name!r} cannot run {python_executable()} or read kloom's packages")
-    return user
 
 
 def for_service(settings):
@@ -353,39 +303,7 @@ def for_service(settings):
     return dataclasses.replace(settings, rank_user=SERVICE_RANK_USER)
 
 
-_runnable: dict[int, bool] = {}
-
-
-def can_run_as(user: pwd.struct_passwd) -> bool:
-    """Whether ``user`` can start this interpreter and read kloom and its packages on the host
-    (cached)."""
-    if user.pw_uid not in _runnable:
-        check = "import os, sys; [os.listdir(p) for p in sys.path if os.path.isdir(p)]"
-        try:
-            done = subprocess.run(
-                [python_executable(), "-c", check], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                cwd="/", env={"PYTHONPATH": _package_root()}, capture_output=True, timeout=30,
-            )
-            _runnable[user.pw_uid] = done.returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            _runnable[user.pw_uid] = False
-    return _runnable[user.pw_uid]
-
-
-def share_with_ranks(paths: list[str], settings) -> None:
-    """Let the ranks read a root worker's private files (the job's workload): hand them to the
-    rank user's group, readable by it only."""
-    user = _rank_user(settings.rank_user, check=False) if os.geteuid() == 0 else None
-    if user is None:
-        return
-    for path in paths:
-        os.chown(path, -1, user.pw_gid)
-        os.chmod(path, 0o750 if os.path.isdir(path) else 0o640)
-
-
 def _read_report(fd: int, timeout_s: float) -> str:
-    import time
-
     deadline = time.monotonic() + timeout_s
     chunks = []
     try:

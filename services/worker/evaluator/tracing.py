@@ -15,6 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
+from kloom.opgraph import VIEW_OPS
+
 from .graph_recorder import GraphRecorder
 
 #: Operators after which the host must wait for the device (they break CUDA-graph capture).
@@ -42,7 +44,6 @@ ATTENTION_OPS = {
     "aten::_scaled_dot_product_attention_math",
     "aten::_scaled_dot_product_flash_attention_for_cpu",
 }
-VIEW_LIKE = {"aten::view", "aten::reshape", "aten::t", "aten::transpose", "aten::permute", "aten::expand", "aten::_unsafe_view", "aten::slice", "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::split", "aten::chunk", "aten::narrow", "aten::as_strided", "aten::detach", "aten::alias"}
 
 
 def _storage(t: torch.Tensor) -> int | None:
@@ -73,7 +74,7 @@ class _Recorder(TorchDispatchMode):
         self.graph.record(func, args, kwargs, out)
         outs = _tensors(out)
         kind = "collective" if name.startswith("c10d::") or name.startswith("_c10d_functional::") else (
-            "matmul" if name in MATMUL_OPS else "attention" if name in ATTENTION_OPS else "view" if name in VIEW_LIKE else "compute"
+            "matmul" if name in MATMUL_OPS else "attention" if name in ATTENTION_OPS else "view" if name in VIEW_OPS else "compute"
         )
         consumed_from = sorted({self.producer[s] for t in ins if (s := _storage(t)) in self.producer})
         event = {

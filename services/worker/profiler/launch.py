@@ -7,7 +7,8 @@ stuck in a collective never outlives the run. It is what profiling wraps: ``ncu 
 services.worker.profiler.launch --mode ncu ...``, or ``--mode torch`` for the PyTorch profiler's
 timeline. Profiling never happens inside the worker or the evaluator's warm pool.
 
-This module imports the standard library only (ncu follows it into the ranks, which import torch).
+This module imports the standard library only, and ``kloom.processes`` (which imports nothing else): ncu
+follows it into the ranks, which import torch.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,20 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from kloom.processes import NO_MULTICAST, kill_tree, log_tail
+
 #: How long the other ranks get to finish after one failed before they are killed (they are
 #: typically waiting in a collective for the rank that failed).
 ERROR_GRACE_S = 5.0
 #: Exit code of a launch that ran out of time (as ``timeout(1)``).
 TIMEOUT_EXIT = 124
-#: NVLink multicast stays off in everything spawned here: on shared hosts it can take the GPUs
-#: out of service (shared/HARDWARE.md).
-FORCED_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    "PYTHONUNBUFFERED": "1",
-}
+#: NVLink multicast stays off in everything spawned here (``kloom.processes.NO_MULTICAST``).
+FORCED_ENV = {**NO_MULTICAST, "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 _ROOT = str(Path(__file__).resolve().parents[3])
 
 Mode = Literal["plain", "torch", "ncu"]
@@ -186,55 +181,8 @@ def run_isolated(cmd: list[str], *, env: dict[str, str], timeout_s: float, log_p
         returncode=None if timed_out else proc.returncode,
         timed_out=timed_out,
         seconds=time.monotonic() - started,
-        output=_tail(log_path),
+        output=log_tail(log_path, 20_000),
     )
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid``, every process descended from it, and its process group if it leads one."""
-    victims = [*descendants(pid), pid]
-    for victim in victims:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process descended from ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The command name may contain spaces and parentheses; the fields after it do not.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def _tail(path: str | os.PathLike, limit: int = 20_000) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _parse_args(argv: list[str] | None) -> tuple[LaunchSpec, float | None]:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .launch import descendants
+from kloom.processes import descendants
 
 #: Clock event (throttle) reason bits, from nvml.h.
 CLOCK_EVENT_REASONS = {

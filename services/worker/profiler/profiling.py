@@ -26,9 +26,11 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from kloom.profile import kernel_key
+from kloom.profile_summary import summarise
+from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload
 from services.worker.evaluator import sandbox
-from services.worker.evaluator.static_check import check_candidate
 
 from . import ncu as N
 from . import timeline as tl
@@ -36,7 +38,6 @@ from .launch import LaunchSpec, RunOutcome, command, rank_output, run_isolated
 from .nvml import NvmlSampler
 from .records import KernelStat, Profile, RankTimeline
 from .settings import ProfileSettings
-from .summary import summarise
 
 #: Time allowed for exporting a saved ncu report to CSV.
 EXPORT_TIMEOUT_S = 120.0
@@ -299,12 +300,12 @@ def attach(kernels: list[KernelStat], metrics: dict[str, N.KernelMetrics]) -> in
     function name); the number of kernels that got them."""
     by_key: dict[str, N.KernelMetrics] = {}
     for name, m in metrics.items():
-        by_key.setdefault(tl.kernel_key(name), m)
+        by_key.setdefault(kernel_key(name), m)
     matched = 0
     for k in kernels:
         if k.communication:
             continue
-        m = metrics.get(k.name) or by_key.get(tl.kernel_key(k.name))
+        m = metrics.get(k.name) or by_key.get(kernel_key(k.name))
         if m is None:
             continue
         matched += 1

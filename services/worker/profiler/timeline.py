@@ -14,7 +14,6 @@ profile records (``kloom.profile.Breakdown``, what ``breakdown`` returns) only.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -236,40 +235,3 @@ def totals_by_name(events: Iterable[Event]) -> list[NameTotal]:
         t.calls += 1
         t.total_us += max(0.0, e.end - e.start)
     return sorted(acc.values(), key=lambda t: -t.total_us)
-
-
-_ANON = re.compile(r"\(anonymous namespace\)::")
-
-
-def kernel_key(name: str) -> str:
-    """A kernel's bare function name, for matching names across tools.
-
-    ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` becomes
-    ``vectorized_elementwise_kernel``; a plain name (``nvjet_tst_...``, ``triton_poi_fused_0``)
-    stays as it is.
-    """
-    text = _ANON.sub("", name.strip())
-    if text.startswith("void "):
-        text = text[5:]
-    depth = 0
-    cut = len(text)
-    for i, ch in enumerate(text):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
-    head = text[:cut]
-    plain = []
-    depth = 0
-    for ch in head:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            plain.append(ch)
-    bare = "".join(plain).strip()
-    return bare.rsplit("::", 1)[-1].split()[-1] if bare else name

@@ -11,7 +11,7 @@ from agents.llm.redaction import register_secret
 from agents.llm.views import CLIP, candidate_rules, clip, coder_view, planner_view
 from agents.prompts import TEMPLATE_DIR, render
 from agents.records import Plan, Step
-from services.worker.evaluator import static_check
+from kloom import static_check
 from tests.agents.llm.context_samples import planning_context
 
 TEMPLATES = sorted(p.name for p in TEMPLATE_DIR.glob("*.j2") if not p.name.startswith("_"))

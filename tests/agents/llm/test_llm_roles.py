@@ -9,7 +9,7 @@ import pytest
 from agents.limits import Budget, LimitReached
 from agents.llm import LLMAuthError, LLMCoder, LLMPlanner, ModelOutputError
 from agents.records import Limits, Plan, Usage
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 from tests.agents.llm.context_samples import BEST_CODE, FAILED_CODE, FAILURE_MESSAGE, GOOD_CODE, WORKLOAD, planning_context
 from tests.fakes.openai_server import Reply
 

@@ -16,7 +16,7 @@ from kernel_helpers import WORKLOADS, load_workload, traced
 from agents.analysis import build_analysis
 from agents.strategist.triton_kernels import plan as kernel_plan
 from agents.strategist.triton_kernels.option import COMPILED, PLAIN, kernel_candidate_for, kernel_offers
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 
 from .test_strategy import _analysis
 

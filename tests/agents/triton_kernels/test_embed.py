@@ -11,7 +11,7 @@ from kernel_helpers import WORKLOADS, traced
 
 from agents.strategist.embed import KERNELS_ROOT, EmbedError, bound_names, dependencies, embed_kernels, module_file, stripped_source
 from agents.strategist.triton_kernels.plan import kernel_candidate
-from services.worker.evaluator.static_check import ALLOWED_MODULES, check_candidate
+from kloom.static_check import ALLOWED_MODULES, check_candidate
 
 #: The modules candidates embed: every module of a family folder but its test and benchmark
 #: (the library's top level holds tools: the benchmark harness, the compile check). The comm

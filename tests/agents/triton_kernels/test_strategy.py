@@ -18,7 +18,7 @@ from agents.strategist import OfflineCoder, OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.triton_kernels import plan as kernel_plan
 from agents.strategist.triton_kernels.option import STRATEGY, kernel_offers
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 
 FIXTURES = ["softmax_rows", "layernorm_affine", "sum_then_chain", "cross_entropy", "argmax_dim", "norms_and_scans", "triplet_margin"]
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kloom.processes import descendants
 from services.worker.profiler import timeline as tl
-from services.worker.profiler.launch import TIMEOUT_EXIT, LaunchSpec, descendants, launch, rank_output, run_isolated
+from services.worker.profiler.launch import TIMEOUT_EXIT, LaunchSpec, launch, rank_output, run_isolated
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from kloom.processes import descendants
 from services.worker.evaluator import sandbox
 from services.worker.profiler import Profile, ProfileSettings, profile
-from services.worker.profiler.launch import LaunchSpec, descendants
+from services.worker.profiler.launch import LaunchSpec
 from services.worker.profiler.profiling import nsight_compute
 
 WORKLOADS = Path(__file__).parent / "workloads"

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from kloom.profile import kernel_key
 from services.worker.profiler import timeline as tl
 
 
@@ -90,7 +91,7 @@ def test_communication_names(name):
     assert tl.is_communication(name)
     assert tl.category(name) == "communication"
     # ncu matches the bare function name of a kernel (copies are not kernels: it never sees them)
-    function = tl.kernel_key(name) if name.startswith("void ") else name
+    function = kernel_key(name) if name.startswith("void ") else name
     assert not re.search(tl.ncu_exclusion_regex()[len("regex:"):], function)
 
 
@@ -118,7 +119,7 @@ def test_extra_patterns_mark_a_kernel_that_spins_on_peer_flags():
 
 
 def test_kernel_key_strips_return_type_namespaces_templates_and_arguments():
-    assert tl.kernel_key("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)") == "cunn_SoftMaxForward"
-    assert tl.kernel_key("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul>>(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)") == "vectorized_elementwise_kernel"
-    assert tl.kernel_key("nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
-    assert tl.kernel_key("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+    assert kernel_key("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, float const*, int)") == "cunn_SoftMaxForward"
+    assert kernel_key("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul>>(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)") == "vectorized_elementwise_kernel"
+    assert kernel_key("nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+    assert kernel_key("triton_poi_fused_add_0") == "triton_poi_fused_add_0"

@@ -1,9 +1,10 @@
-"""A profile in a few lines the planner and the verifier can read."""
+"""A profile in a few lines the planner and the verifier can read: the profiler writes it into
+``Profile.summary``, and the batch report writes it again from a stored profile (older profiles
+gain the newer lines). Standard library only, like the records it reads."""
 
 from __future__ import annotations
 
-from .records import KernelStat, Profile
-from .timeline import kernel_key
+from kloom.profile import KernelStat, Profile, kernel_key
 
 _NAME_LIMIT = 60
 #: Kernels below this share of the time are left out of the summary (they stay in the profile).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.worker.evaluator.static_check import check_candidate
+from kloom.static_check import check_candidate
 
 HONEST = '''
 import math

@@ -4,10 +4,10 @@ and the top compute kernel's ncu verdict."""
 import json
 from pathlib import Path
 
-from services.worker.profiler.records import KernelStat, Profile
-from services.worker.profiler.summary import summarise, verdict
+from kloom.profile import KernelStat, Profile
+from kloom.profile_summary import summarise, verdict
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _profile(kernels, comm=0.0, exposed=0.0, idle=0.0, status="ok", device="cuda") -> Profile:

@@ -1,0 +1,135 @@
+"""Processes as Linux shows them in ``/proc``: a process's live children and descendants, whether
+its threads are stopped, its CPU time; killing a tree of them; the tail of a rank's log; and the
+environment every multi-rank launch forces (NVLink multicast off).
+
+Shared by everything that starts rank processes: the evaluator's pool, the profiler's one-shot
+launcher and the roofline's collective benchmark (each is a different kind of launch: a sandboxed
+pool kept warm, N processes run once under a profiler, N processes that time collectives). The
+standard library only, so that the profiler's launcher imports nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+#: Set in every rank process of every launch: NVLink multicast stays off on shared hosts, where it
+#: can take the GPUs out of service (shared/HARDWARE.md).
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Live child processes of ``pid`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    children: list[int] = []
+    task_dir = f"/proc/{pid}/task"
+    try:
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/children") as fh:
+                    children.extend(int(c) for c in fh.read().split())
+            except OSError:
+                continue
+    except OSError:
+        return []
+    alive = []
+    for child in children:
+        fields = _stat_fields(f"/proc/{child}/stat")
+        if fields and fields[0] != "Z":
+            alive.append(child)
+    return alive
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``."""
+    found, todo = [], [pid]
+    while todo:
+        for child in child_pids(todo.pop()):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``, every process descended from it, and its process group if it leads one."""
+    for victim in [*descendants(pid), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_stopped(pids: list[int], timeout: float) -> bool:
+    """Whether every thread of ``pids`` (those still alive) reached a stopped state within
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while True:
+        pending = [pid for pid in pending if not _all_threads_stopped(pid)]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.0005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """True when every thread of ``pid`` is stopped (T, t), gone or a zombie."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if fields and fields[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time of ``pid`` (0 when it is gone)."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if len(fields) < 13:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command name (state first), or [] when
+    the process or thread is gone. (The command name may hold spaces and parentheses; the fields
+    after it do not.)"""
+    try:
+        with open(path) as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def exit_description(code: int) -> str:
+    """How a process ended, from its return code: ``exit code 1``, ``signal SIGKILL``."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def log_tail(path: str | os.PathLike, limit: int) -> str:
+    """The last ``limit`` bytes of a log file as text ('' when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
