@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
-from services.worker.evaluator import judge  # noqa: E402
+from services.worker.evaluator import interleaved as judge  # noqa: E402
 
 LINEAR = ROOT / "tests/evaluator/workloads/linear_allreduce.py"
 CORRECT = ROOT / "tests/evaluator/candidates/correct.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.worker.evaluator import EvalSettings, Evaluator, judge, projection_check
+from services.worker.evaluator import EvalSettings, Evaluator, interleaved, projection_check
 
 HERE = Path(__file__).parent
 ADVERSARIAL, CANDIDATES, WORKLOADS = HERE / "adversarial", HERE / "candidates", HERE / "workloads"
@@ -123,7 +123,7 @@ def test_large_outputs_are_judged_whole_in_a_few_rounds_the_candidate_cannot_tel
     settings = EvalSettings.for_device("cpu", static_check=False, timing_budget_s=0.2, min_iters=5, load_timeout_s=20.0, trials=3,
                                        whole_check_all_below_bytes=0, whole_check_rounds=2)
     handed, candidate_keeps = [], []
-    handed_outputs, block = judge.Timing._handed_outputs, judge.Timing._block
+    handed_outputs, block = interleaved.Timing._handed_outputs, interleaved.Timing._block
 
     def counting(self, limit_s):
         handed.append(limit_s)
@@ -134,8 +134,8 @@ def test_large_outputs_are_judged_whole_in_a_few_rounds_the_candidate_cannot_tel
             candidate_keeps.append(kwargs.get("keep", False))
         return block(self, side, other, iters, *args, **kwargs)
 
-    monkeypatch.setattr(judge.Timing, "_handed_outputs", counting)
-    monkeypatch.setattr(judge.Timing, "_block", recording)
+    monkeypatch.setattr(interleaved.Timing, "_handed_outputs", counting)
+    monkeypatch.setattr(interleaved.Timing, "_block", recording)
     with Evaluator("cpu", settings) as ev:
         honest = ev.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
         assert honest.correct, honest.summary()

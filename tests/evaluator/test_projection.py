@@ -14,7 +14,8 @@ from services.worker.evaluator import EvalSettings
 from services.worker.evaluator import projection as P
 from services.worker.evaluator import projection_check as C
 from services.worker.evaluator.compare import DEFAULT_TOLERANCE, compare_leaf
-from services.worker.evaluator.judge import Block, Stop, Timing
+from services.worker.evaluator.interleaved import Block, Timing
+from services.worker.evaluator.judge import Stop
 from services.worker.evaluator.pool import Replies
 
 K = EvalSettings().projection_sigmas

@@ -155,7 +155,8 @@ def test_what_a_block_built_from_one_calls_signs_does_not_serve_the_next():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 def test_the_judge_names_the_quadratic_projection(dtype):
-    from services.worker.evaluator.judge import Block, Stop, Timing
+    from services.worker.evaluator.interleaved import Block, Timing
+    from services.worker.evaluator.judge import Stop
 
     w = torch.randn(20, 10, dtype=dtype)
     want = P.project([w], 3, TOL)

@@ -32,7 +32,9 @@ from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload, read_source
 
 from . import precision
-from .judge import JudgePools, Stop, replies_value, stats
+from .interleaved import stats
+from .judge import JudgePools, Stop
+from .pool_replies import replies_value
 from .judge_trials import Trials
 from .pool import PoolFailure, Replies
 from .protocol import materialize

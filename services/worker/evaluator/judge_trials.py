@@ -11,7 +11,9 @@ from kloom.speedup import paired_interval
 
 from . import precision
 from .compare import compare_rank, resolve_tolerance, tolerance_to_names
-from .judge import JudgePools, Stop, Timing, replies_value, stats
+from .interleaved import Timing, stats
+from .judge import JudgePools, Stop
+from .pool_replies import replies_value
 from .pool import Replies
 
 #: Commands of a rank's table of peaks read from one reply (the candidate's is untrusted).

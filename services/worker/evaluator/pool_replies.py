@@ -28,3 +28,7 @@ class Replies:
 
     def violations(self) -> list[tuple[int, str]]:
         return [(r, v) for r, rep in sorted(self.by_rank.items()) for v in rep.get("violations", [])]
+
+
+def replies_value(replies: Replies, key: str, default=0):
+    return [rep.get(key, default) for _, rep in sorted(replies.by_rank.items())]

@@ -1,0 +1,242 @@
+"""Interleaved timing of the two sides, run from the evaluator's process over the judge's pools.
+
+Blocks of calls alternate (reference, candidate, candidate, reference, ...); while one side is
+timed, the other side's processes are stopped (SIGSTOP) after draining their device work, and
+this process measures each block on its own clock: the time the candidate's clock leaves
+unaccounted may not exceed the reference's by more than a stated bound
+(``EvalSettings.clock_slack``). Every timed call's projections are checked against the
+reference's, and rounds' last outputs are judged whole.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+
+from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
+
+from . import projection_check
+from .judge import JudgePools, Stop
+from .pool import RankPool, Replies
+from .pool_replies import replies_value
+from .projection_check import Projections
+from .settings import EvalSettings
+
+#: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
+#: and a process runs on for an instant after SIGSTOP is sent), in seconds and as a share of the
+#: time it was stopped, before it counts as having run while stopped.
+STOPPED_CPU_S = 0.03
+STOPPED_CPU_SHARE = 0.05
+
+
+@dataclass
+class Block:
+    times: dict[int, list[float]]  # per rank, ms, from the side's own clock
+    wall_ms: float  # the judge's clock
+    projections: dict[int, Projections] | None = None  # per rank: every timed call's (timing rounds)
+
+    @property
+    def reported_ms(self) -> float:
+        return max(sum(t) for t in self.times.values())
+
+
+class Timing:
+    """Interleaved blocks of the two sides, each timed with the other stopped."""
+
+    def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate, judge_outputs,
+                 tolerance: dict[str, tuple[float, float]], flag):
+        self.pools = pools
+        self.s = settings
+        self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
+        self.check_candidate = check_candidate  # replies -> None, raises Stop
+        # (the candidate's last outputs of a round, per rank; the round; its seed) -> None, raises Stop; the
+        # reference ranks hold theirs of the same round's block
+        self.judge_outputs = judge_outputs
+        self.tolerance = tolerance  # by dtype name: the reference's bounds on the projections
+        self.flag = flag  # str -> None: a flag on the result
+        self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
+        self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
+
+    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0,
+            output_bytes: int = 0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
+        """``ref_call_s``: the reference's measured call time, ``draw_s`` the time it takes to
+        draw one call's inputs; a block of n calls (of either side) must end within
+        max(hang_floor_s, hang_factor x n x (ref_call_s + draw_s)).
+
+        Every call of every block runs on inputs drawn afresh from a seed this process picks at
+        random per round (both sides draw the same ones). Every timed call's projections
+        (``projection.py``, signs from a seed drawn here per round) are checked against the
+        reference's call of the same index. The round's last candidate outputs are handed over
+        after the round (untimed) and judged whole against the reference's of the same round: in
+        every round where the outputs (``output_bytes``, a trial's) are smaller than
+        ``whole_check_all_below_bytes``, else in ``whole_check_rounds`` rounds drawn here at
+        random and kept from the candidate, which keeps its last outputs in every round and
+        learns which are judged only after its block."""
+        s = self.s
+        ref, cand = self.pools.reference, self.pools.candidate
+
+        def bound(calls: int) -> float:
+            return s.hang_factor * calls * (ref_call_s + draw_s)
+
+        # Spares admitted to join would do device work beside a timed block: they stop. So do
+        # all of them on the CPU, where importing torch would take the timed side's cores; on a
+        # GPU machine the others only import, on cores of their own.
+        try:
+            self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
+            warm = max(1, s.warmup_iters)
+            warm_seed = secrets.randbits(30)
+            ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
+            cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
+            # Calls per side from the reference's own clock and the candidate's wall time less the
+            # reference's overhead (a candidate cannot buy itself fewer calls by what it reports),
+            # plus the time a call's inputs take to draw.
+            overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
+            cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
+            per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm + draw_s
+            iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
+            rounds = max(1, min(s.timing_rounds, iters))
+            per_block = math.ceil(iters / rounds)
+            whole = set(range(rounds))
+            if output_bytes >= s.whole_check_all_below_bytes:
+                whole = set(secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
+            blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
+            for r in range(rounds):
+                seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
+                order = [(ref, cand, "reference"), (cand, ref, "candidate")]
+                for side, other, name in order if r % 2 == 0 else order[::-1]:
+                    keep = name == "candidate" or r in whole
+                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=keep,
+                                                    projection_seed=projection_seed))
+                if r in whole:
+                    self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
+                self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
+                blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
+        finally:
+            ref.resume()
+            cand.resume()
+            self.pools.resume_spares()
+        for role, ran in self.stopped_cpu.items():
+            if ran > STOPPED_CPU_S + STOPPED_CPU_SHARE * self.stopped_wall[role]:
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
+                    f"the {role}'s processes used {ran:.2f} s of CPU in the {self.stopped_wall[role]:.2f} s they were "
+                    "stopped for the other side's timing: something of theirs escaped the stop")))
+        check = self._check(blocks, per_block)
+        if not check.ok:
+            raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=(
+                f"the candidate's own clock disagrees with the judge's: per block of {per_block} calls it left "
+                f"{check.excess_ms:.3g} ms more unaccounted than the reference's block beside it (median over {check.blocks} rounds; "
+                f"{check.candidate_unaccounted_ms:.3g} against {check.reference_unaccounted_ms:.3g} ms; allowed: {check.allowed_ms:.3g} ms more); "
+                "its reported times are not the time it took")))
+        return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
+
+    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int,
+               keep: bool = False, projection_seed: int | None = None) -> Block:
+        """One block of ``side`` with ``other`` stopped; its device work was drained by the
+        reply to its last command (each block and trial syncs before answering)."""
+        args = {"iters": iters, "warm": warm, "flush_bytes": flush_bytes, "seed": seed, "keep": keep}
+        if projection_seed is not None:
+            args["projection_seed"] = projection_seed
+            if side.role == "reference":
+                args["tolerance"] = self.tolerance
+        before = other.stop()
+        started = time.perf_counter()
+        replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
+        wall_ms = (time.perf_counter() - started) * 1e3
+        self.stopped_cpu[other.role] += other.stopped_cpu_seconds() - before
+        self.stopped_wall[other.role] += wall_ms / 1e3
+        if side.role == "candidate":
+            self.check_candidate(replies, "time")
+        errors = replies.errors()
+        if errors:
+            rank, err = errors[0]
+            status = "workload_error" if side.role == "reference" else "runtime_error"
+            raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
+                                         traceback=err.get("traceback", "")))
+        times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
+        if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
+            raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
+        projections = self._projections(side.role, replies) if projection_seed is not None else None
+        return Block(times, wall_ms, projections)
+
+    def _projections(self, role: str, replies: Replies) -> dict[int, Projections]:
+        """Each rank's numbers from a block's replies: malformed ones from the candidate are
+        ``rejected``; NaN or Inf from the reference (its outputs were) a ``workload_error``."""
+        out = {}
+        for rank, rep in sorted(replies.by_rank.items()):
+            try:
+                out[rank] = Projections.from_reply(rep, bounds=role == "reference")
+            except ValueError as exc:
+                if role == "reference":
+                    raise Stop("workload_error", ErrorInfo(kind="workload_error", phase="time", rank=rank, message=(
+                        f"rank {rank}: the reference's timed block sent no usable projections ({exc})")))
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's timed block sent malformed projections of its outputs ({exc})")))
+            if role == "reference" and not out[rank].finite():
+                raise Stop("workload_error", ErrorInfo(kind="workload_error", phase="time", rank=rank, message=(
+                    f"rank {rank}: the reference's outputs in a timed call had NaN or Inf values (or overflow float64 when squared)")))
+        return out
+
+    def _handed_outputs(self, limit_s: float) -> dict[int, dict]:
+        """The candidate's last outputs of the round's block, asked for after the round (outside
+        every timed span), per rank: {"outputs", "spec"} (None where not handed back)."""
+        replies = self.pools.candidate.request("block_outputs", {}, timeout=self.limit(max(self.s.hang_floor_s, limit_s)),
+                                               stall_s=self.s.stall_s)
+        self.check_candidate(replies, "time")
+        return {r: {"outputs": rep.get("outputs"), "spec": rep.get("spec")} for r, rep in replies.by_rank.items()}
+
+    def _check_projections(self, ref: Block, cand: Block, round_: int) -> None:
+        """Every timed call of the round's candidate block against the reference's call of the
+        same index: ``incorrect`` where either projection is off by more than ``projection_sigmas``
+        bounds."""
+        for rank, want in sorted(ref.projections.items()):
+            got = cand.projections.get(rank)
+            problem = "no projections" if got is None else projection_check.shape_problem(got, want)
+            if problem:
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's projections of timing round {round_}'s calls do not fit its block: {problem}")))
+            bad = projection_check.first_mismatch(got, want, self.s.projection_sigmas)
+            if bad is not None:
+                self.flag(
+                    f"timed call {bad.call} of round {round_} did not match the reference on rank {rank} (tensor output {bad.leaf}'s "
+                    f"{bad.projection} projection off by {bad.off:.3g}, bound {bad.allowed:.3g}): computes only some of the timed calls")
+                raise Stop("incorrect")
+
+    def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
+        """A side's overhead per block (wall - reported) is its input draws, flushes, barriers and
+        the round trip, plus whatever else the machine did meanwhile. The machine's pace drifts
+        over a timing (on an H100 the same side's overhead moved between 0.34 and 0.62 ms a call
+        from one round to the next), so each round's candidate block is compared with the
+        reference's block of the same round, run right beside it. The candidate's excess over the
+        reference, taken at the upper median of the rounds (a candidate that forges half of its
+        blocks or more is measured on a forged one), may be at most ``clock_slack`` of its median
+        block time, plus ``clock_overhead_slack`` of the reference's unaccounted time, plus
+        ``clock_slack_ms``."""
+        ref, cand = blocks["reference"], blocks["candidate"]
+        ref_over = [b.wall_ms - b.reported_ms for b in ref]
+        cand_over = [b.wall_ms - b.reported_ms for b in cand]
+        excess = sorted(c - r for c, r in zip(cand_over, ref_over))
+        median_excess = excess[len(excess) // 2]
+        cand_wall = statistics.median(b.wall_ms for b in cand)
+        ref_overhead = statistics.median(ref_over)
+        allowed = self.s.clock_slack * cand_wall + self.s.clock_overhead_slack * max(0.0, ref_overhead) + self.s.clock_slack_ms
+        return ClockCheck(
+            blocks=len(cand), calls_per_block=per_block,
+            reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=cand_wall,
+            reference_unaccounted_ms=ref_overhead, candidate_unaccounted_ms=statistics.median(cand_over),
+            allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess,
+        )
+
+
+def _per_rank(blocks: list[Block]) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {}
+    for b in blocks:
+        for rank, times in b.times.items():
+            out.setdefault(rank, []).extend(times)
+    return out
+
+
+def stats(times: dict[int, list[float]], world: int) -> list[TimeStats]:
+    return [TimeStats.from_samples(times[r]) for r in range(world)]
