@@ -15,6 +15,7 @@ from .attention import SPLIT_ATTENTION_HELPER, split_causal_attention
 from .bincount import BINCOUNT_HELPER, few_bin_count
 from .coalesce import COALESCE_HELPER, coalesce_allreduces
 from .depthwise import DEPTHWISE_HELPER, depthwise_conv
+from .embed import runtime_source
 from .fused_matmul import FUSED_MATMUL_HELPER, fused_ag_matmul
 from .gather import GATHER_HELPER, gather_into_tensor
 from .overlap.rewrite import OVERLAP_HELPER, overlap_rewrite
@@ -48,50 +49,6 @@ import torch as _kl_torch
 from torch.utils import _pytree as _kl_pytree
 '''
 
-_GRAPH_HELPERS = '''
-
-def _kloom_key(args):
-    return tuple(
-        (tuple(a.shape), a.dtype, a.device, a.stride()) if isinstance(a, _kl_torch.Tensor) else ("value", repr(a))
-        for a in args
-    )
-
-
-def _kloom_clone_inputs(args):
-    return [a.clone() if isinstance(a, _kl_torch.Tensor) else a for a in args]
-
-
-def _kloom_capture(fn, args, warmup):
-    """Warm ``fn`` up on a side stream (compiling and allocating what it needs), then capture one
-    call on static copies of the inputs in a CUDA graph. Every rank captures the same calls, so
-    collectives inside are captured on all ranks together."""
-    static = _kloom_clone_inputs(args)
-    side = _kl_torch.cuda.Stream()
-    side.wait_stream(_kl_torch.cuda.current_stream())
-    with _kl_torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn(*_kloom_clone_inputs(args))
-    _kl_torch.cuda.current_stream().wait_stream(side)
-    _kl_torch.cuda.synchronize()
-    graph = _kl_torch.cuda.CUDAGraph()
-    with _kl_torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        out = fn(*static)
-    return graph, static, out
-
-
-def _kloom_replay(entry, args, mutated):
-    """Copy this call's inputs into the graph's static buffers, replay, copy back the inputs the
-    reference modifies in place, and return fresh copies of the outputs (the graph reuses its
-    buffers on the next call)."""
-    graph, static, out = entry
-    for buffer, arg in zip(static, args):
-        if isinstance(buffer, _kl_torch.Tensor):
-            buffer.copy_(arg)
-    graph.replay()
-    for i in mutated:
-        args[i].copy_(static[i])
-    return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)
-'''
 
 _MODEL_NEW = '''
 
@@ -126,46 +83,6 @@ _BODY_GRAPH = '''        if not all(a.is_cuda for a in args if isinstance(a, _kl
         return _kloom_replay(entry, list(args), {mutated})'''
 
 
-_CHUNK_HELPERS = '''
-
-_KLOOM_CHUNK_ARGS = {args}
-_KLOOM_CHUNKS = {chunks}
-_KLOOM_STREAMS = {streams}
-
-
-def _kloom_bounds(n, chunks):
-    step = -(-n // chunks)
-    return [(a, min(n, a + step)) for a in range(0, n, step)]
-
-
-def _kloom_cat(parts):
-    """Concatenate the chunks' outputs leaf by leaf along the rows."""
-    flat = [_kl_pytree.tree_flatten(p) for p in parts]
-    spec = flat[0][1]
-    leaves = [_kl_torch.cat([f[0][j] for f in flat], dim=0) for j in range(len(flat[0][0]))]
-    return _kl_pytree.tree_unflatten(leaves, spec)
-
-
-def _kloom_pipelined(fn, args, streams):
-    """Run ``fn`` on row slices of the step's row-indexed inputs, each slice on the next stream,
-    so that one slice's collective overlaps the next slice's compute; join the streams at the end."""
-    n = args[_KLOOM_CHUNK_ARGS[0]].shape[0]
-    current = _kl_torch.cuda.current_stream()
-    parts = []
-    for i, (a, b) in enumerate(_kloom_bounds(n, _KLOOM_CHUNKS)):
-        stream = streams[i % len(streams)]
-        stream.wait_stream(current)
-        with _kl_torch.cuda.stream(stream):
-            sliced = [x[a:b] if j in _KLOOM_CHUNK_ARGS else x for j, x in enumerate(args)]
-            parts.append(fn(*sliced))
-    for stream in streams:
-        current.wait_stream(stream)
-    for part in parts:
-        for leaf in _kl_pytree.tree_leaves(part):
-            if isinstance(leaf, _kl_torch.Tensor) and leaf.is_cuda:
-                leaf.record_stream(current)
-    return _kloom_cat(parts)
-'''
 
 _BODY_CHUNKS = '''        if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
             return self._kloom_fn(*args)
@@ -250,11 +167,10 @@ def render(source: str, params: dict[str, Any], *, mutated_inputs: list[int], la
         body = _BODY_CHUNKS
     else:
         raise NotApplicable(f"unknown wrapper {wrapper!r}")
-    graph_helpers = _GRAPH_HELPERS if wrapper in ("graph", "compile_graph") else ""
+    graph_helpers = runtime_source(f"{__package__}.cuda_graph.runtime") if wrapper in ("graph", "compile_graph") else ""
     if wrapper == "chunks":
-        graph_helpers = _CHUNK_HELPERS.format(
-            args=list(row_split["args"]), chunks=int(params.get("chunks", 2)), streams=int(params.get("streams", 2))
-        )
+        graph_helpers = runtime_source(f"{__package__}.row_chunks.runtime", _KLOOM_CHUNK_ARGS=tuple(int(a) for a in row_split["args"]),
+                                       _KLOOM_CHUNKS=int(params.get("chunks", 2)), _KLOOM_STREAMS=int(params.get("streams", 2)))
     return (
         body_source
         + helpers

@@ -61,12 +61,15 @@ def runtime_file(module: str) -> Path:
 
 
 def _literal(value: object) -> str:
-    """A constant's source text (strings in double quotes, as the runtimes write them)."""
+    """A constant's source text (strings in double quotes, as the runtimes write them; tuples of such)."""
     if isinstance(value, bool) or value is None or isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)
-    raise EmbedError(f"a runtime constant must be a finite number, a string, a bool or None, not {value!r}")
+    if isinstance(value, tuple):
+        items = [_literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    raise EmbedError(f"a runtime constant must be a finite number, a string, a bool, None or a tuple of them, not {value!r}")
 
 
 def runtime_source(module: str, **constants: object) -> str:

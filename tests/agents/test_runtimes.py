@@ -28,7 +28,8 @@ def _top_names(source: str) -> set[str]:
 
 
 def test_every_rewriting_strategy_has_a_runtime():
-    assert {m.split(".")[2] for m in RUNTIMES} == {"attention", "bincount", "coalesce", "depthwise", "fused_matmul", "gather", "prefetch", "symm_allreduce"}
+    assert {m.split(".")[2] for m in RUNTIMES} == {"attention", "bincount", "coalesce", "cuda_graph", "depthwise", "fused_matmul", "gather", "prefetch",
+                                                   "row_chunks", "symm_allreduce"}
 
 
 @pytest.mark.parametrize("module", RUNTIMES)

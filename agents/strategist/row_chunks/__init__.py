@@ -1,0 +1,1 @@
+"""The chunks wrapper's runtime (``runtime.py``), embedded by ``agents.strategist.codegen``."""
