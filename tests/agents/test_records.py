@@ -38,6 +38,7 @@ GAINED = {
     "evaluation": {"memory": None, "evaluator_version": "1"},
     "timing": {"reference_alone": None, "interleaved": False, "speedup_ci_low": None, "speedup_ci_high": None, "clock_check": None},
     "clock_check": {"excess_ms": None},
+    "memory": {"peaks_by_command": {}},
     "analysis": {"trace_error": "", "source_rewrites": {}, "collective_calls": {}, "bincount_bins": None, "op_graph": None},
 }
 
