@@ -99,7 +99,10 @@ def build(module, device: torch.device):
     with torch.device(device):
         model = module.Model(*module.get_init_inputs())
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
-    return model.to(device).eval(), inputs
+    # As constructed (training mode), as kloom's evaluator runs the reference: in eval mode a
+    # BatchNorm uses its running statistics instead of the batch's, another computation (measured
+    # 13-16% faster on level2_11 and level2_15 before this was fixed).
+    return model.to(device), inputs
 
 
 def leaves(out) -> list[torch.Tensor]:
