@@ -33,6 +33,11 @@ FDS_TIMEOUT_S = 30.0
 _MARK = "__kloom_shared__"
 
 
+def _large(value: Any) -> bool:
+    """Whether ``value`` is a tensor that travels in a shared file rather than in the message."""
+    return isinstance(value, torch.Tensor) and value.numel() * value.element_size() >= SHARE_MIN_BYTES
+
+
 class _Outgoing:
     """What one message sends besides its bytes: a file of its own tensors (made on the first
     one) and the files of the references it passes on."""
@@ -48,7 +53,7 @@ class _Outgoing:
         if self.writer is None:
             self.writer = shared.Writer()
         mark = {_MARK: -1, "offset": self.writer.add(t), "nbytes": t.numel() * t.element_size(),
-                "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+                "dtype": shared.dtype_name(t.dtype), "shape": list(t.shape)}
         self.own_marks.append(mark)
         return mark
 
@@ -64,7 +69,7 @@ class _Outgoing:
         return pytree.tree_map(self._leaf, value)
 
     def _leaf(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.numel() * value.element_size() >= SHARE_MIN_BYTES:
+        if _large(value):
             return self.tensor(value)
         if isinstance(value, BlobRef):
             return self.ref(value)
@@ -233,11 +238,9 @@ def snapshot(value: Any) -> Any:
     writer = shared.Writer()
 
     def leaf(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        if x.numel() * x.element_size() >= SHARE_MIN_BYTES:
+        if _large(x):
             return _Pending(writer.add(x), x)
-        return x.detach().to("cpu", copy=True).contiguous()
+        return x.detach().to("cpu", copy=True).contiguous() if isinstance(x, torch.Tensor) else x
 
     tree = pytree.tree_map(leaf, value)
     if not writer.items:
@@ -247,7 +250,7 @@ def snapshot(value: Any) -> Any:
     def ref(x: Any) -> Any:
         if not isinstance(x, _Pending):
             return x
-        return BlobRef(blob, x.offset, x.t.numel() * x.t.element_size(), str(x.t.dtype).removeprefix("torch."), tuple(x.t.shape))
+        return BlobRef(blob, x.offset, x.t.numel() * x.t.element_size(), shared.dtype_name(x.t.dtype), tuple(x.t.shape))
 
     return pytree.tree_map(ref, tree)
 

@@ -26,7 +26,12 @@ MAX_FILES = 64
 #: Offsets of tensors in a file (every dtype's width divides it).
 ALIGN = 64
 _REQUIRED_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
-_DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+def dtype_name(dtype: torch.dtype) -> str:
+    """How a message names a dtype (``float32``, ``float8_e4m3fn``)."""
+    return str(dtype).removeprefix("torch.")
+
+
+_DTYPES = {dtype_name(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
 
 def close_quietly(fd: int) -> None:
