@@ -67,13 +67,23 @@ def test_a_deadlock_ends_on_no_progress_not_on_the_call_limit(evaluator):
 
 
 def test_a_hang_after_the_first_call_ends_within_the_hang_bound(evaluator):
-    """max(hang_floor_s = 10 s, 20 x the reference's call time), not the 300 s call limit."""
+    """max(hang_floor_s = 10 s, 20 x the reference's call time) + 4 s per GiB moved, not the 300 s
+    call limit."""
     evaluator.evaluate(BIG, candidate_source=HONEST_BIG, world_size=1)  # a warm pool
     started = time.monotonic()
     result = evaluator.evaluate(BIG, candidate_source=HANGS_AFTER_FIRST_CALL, world_size=1)
     took = time.monotonic() - started
     assert result.status == "timeout" and "did not finish trial within 10 s" in result.error.message, result.summary()
     assert took < 10 + 15, took
+
+
+def test_the_hang_bound_grows_with_the_bytes_a_trial_moves():
+    """A trial hands its inputs and outputs between processes: on a GPU, level1_19's 6 GiB ReLU
+    took longer than the 10 s floor for that alone. Here 2 MiB (input and output) at 2048 s/GiB
+    add 4 s to a 2 s floor."""
+    with Evaluator("cpu", _settings(hang_floor_s=2.0, hang_s_per_gib=2048.0)) as ev:
+        result = ev.evaluate(BIG, candidate_source=HANGS_AFTER_FIRST_CALL, world_size=1)
+    assert result.status == "timeout" and "did not finish trial within 6 s" in result.error.message, result.summary()
 
 
 def test_a_hanging_reference_ends_on_no_progress(evaluator, tmp_path):

@@ -49,7 +49,8 @@ class Trials:
                 ev._raise_errors(first, "prepare", "workload_error")
             self._note(first, "reference")
             self.ref_call_s = max(replies_value(first, "call_s", 0.0))
-            self.hang_s = max(s.hang_floor_s, s.hang_factor * self.ref_call_s)
+            moved_gib = max(replies_value(first, "own_bytes", 0)) / (1 << 30)
+            self.hang_s = max(s.hang_floor_s, s.hang_factor * self.ref_call_s) + s.hang_s_per_gib * moved_gib
             workload_tol = load.by_rank[0].get("tolerance") or {}
             self.tolerance = resolve_tolerance(workload_tol, s.tolerance)
             # A workload that sets its own float32 tolerance, or computes from bf16/fp16/fp8

@@ -39,10 +39,13 @@ class EvalSettings:
     #: boundaries are the defence, and hold with it off).
     static_check: bool = True
     # Hangs: a call that is not the first of its side (which may compile) must end within
-    # max(hang_floor_s, hang_factor x the reference's measured call time); a rank whose CPU time
-    # does not move for stall_s seconds (a deadlock) is ended even in a first call.
+    # max(hang_floor_s, hang_factor x the reference's measured call time) + hang_s_per_gib x the
+    # GiB a trial moves (inputs, weights and outputs: a trial hands them between processes and
+    # fingerprints them, about a second per GiB on an H100); a rank whose CPU time does not move
+    # for stall_s seconds (a deadlock) is ended even in a first call.
     hang_floor_s: float = 10.0
     hang_factor: float = 20.0
+    hang_s_per_gib: float = 4.0
     stall_s: float = 10.0
     #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
     #: other side's processes stopped while one is timed).
