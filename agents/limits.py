@@ -36,6 +36,10 @@ class Budget:
             return None
         return max(0.0, self.limits.max_wall_s - self.elapsed_s())
 
+    def steps_after_this(self) -> int:
+        """The steps the iteration limit leaves after the one in flight (not yet recorded)."""
+        return max(0, self.limits.max_iters - self.steps_done - 1)
+
     def check(self, *, before_step: bool = False) -> None:
         """Raise ``LimitReached`` if any limit is reached (call before every model call and step)."""
         lim = self.limits

@@ -180,7 +180,7 @@ class JobLoop:
     def verify(self, step: Step, code: str, ctx: PlanningContext, deadline: float | None) -> None:
         """Evaluate within the job's clock (the fallback step only within the evaluator's own)."""
         t0 = time.monotonic()
-        verdict = self.verifier.verify(code, step.plan, ctx, deadline_s=deadline)
+        verdict = self.verifier.verify(code, step.plan, ctx, deadline_s=deadline, more_after=self.budget.steps_after_this())
         step.seconds["verify"] = time.monotonic() - t0
         step.status, step.evaluation, step.profile, step.feedback = verdict.status, verdict.evaluation, verdict.profile, verdict.feedback
         if verdict.evaluation and verdict.evaluation.error:

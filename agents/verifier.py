@@ -24,10 +24,11 @@ class Verifier:
         self.profiler = profiler
         self.policy = policy
 
-    def verify(self, code: str, plan: Plan, ctx: PlanningContext, deadline_s: float | None = None) -> Verdict:
-        """Evaluate (within ``deadline_s`` seconds when given), profile as the policy says, and
-        write the feedback."""
-        result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, deadline_s=deadline_s)
+    def verify(self, code: str, plan: Plan, ctx: PlanningContext, deadline_s: float | None = None, more_after: int = 0) -> Verdict:
+        """Evaluate (within ``deadline_s`` seconds when given; ``more_after``: the steps the job
+        may still take after this one), profile as the policy says, and write the feedback."""
+        result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, deadline_s=deadline_s,
+                                         more_after=more_after)
         profile = None
         if result.correct and self._should_profile(result, ctx):
             profile = self.profiler(ctx.spec.workload, code, world_size=ctx.spec.world_size, device=ctx.spec.device)

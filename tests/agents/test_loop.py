@@ -172,13 +172,14 @@ def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evalua
 
     class Counting:
         def __init__(self, inner):
-            self.inner, self.calls = inner, 0
+            self.inner, self.calls, self.more_after = inner, 0, []
 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
         def evaluate(self, *args, **kwargs):
             self.calls += 1
+            self.more_after.append(kwargs.get("more_after"))
             return self.inner.evaluate(*args, **kwargs)
 
     counting = Counting(evaluator)
@@ -187,6 +188,7 @@ def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evalua
     assert [s.status for s in traj.steps] == ["correct", "skipped"]
     assert "identical to step 0" in traj.steps[1].feedback and traj.steps[1].evaluation is None
     assert counting.calls == 1
+    assert counting.more_after == [3]  # the steps the limit leaves after the first: ranks begun ahead
 
 
 def test_role_errors_end_the_job_by_their_type(evaluator, tmp_path):

@@ -88,12 +88,14 @@ class Evaluator:
 
     # Public API --------------------------------------------------------------------------------
     def evaluate(self, workload: str | os.PathLike, candidate: str | os.PathLike | None = None, *, world_size: int,
-                 candidate_source: str | None = None, deadline_s: float | None = None) -> EvalResult:
+                 candidate_source: str | None = None, deadline_s: float | None = None, more_after: int = 0) -> EvalResult:
         """Judge one candidate (a file, or its source text) on ``workload`` at ``world_size``.
 
         ``deadline_s`` bounds the whole evaluation (a job's wall-time limit, say): every request to
         the ranks gets the smaller of its own limit and what is left, and an evaluation that runs
-        out is a ``timeout`` that says so."""
+        out is a ``timeout`` that says so. ``more_after``: how many candidates the caller expects
+        to have judged after this one (a job's steps left); their ranks begin ahead, while this
+        one is judged, instead of each starting when the one before it ends."""
         result = EvalResult(status="correct", workload=str(workload), world_size=world_size, device=self.device,
                             evaluator_version=EVALUATOR_VERSION)
         started = time.monotonic()
@@ -105,6 +107,7 @@ class Evaluator:
             info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
                 pools = self._start_pools(world_size, workload_sha=info.sha256)
+                pools.begin_spares(more_after)
             result.environment = dict(pools.environment)
             ran = True
             self._run(pools, info, source, level, result)
@@ -128,7 +131,7 @@ class Evaluator:
                 if result.status == "stopped" or self._aborted is not None:
                     pools.candidate.kill()
                 else:
-                    pools.renew_candidate()
+                    pools.renew_candidate(more_after)
                 if reference_failed or result.status in ("stopped", "workload_error") or not pools.reference.alive:
                     pools.reference.kill()
             self._stopped(result)

@@ -98,13 +98,15 @@ class JudgePools:
         if self.spares:
             self.spares[0].admit()
 
-    def renew_candidate(self) -> None:
+    def renew_candidate(self, more_after: int = 0) -> None:
         """Replace the candidate's ranks after a candidate ran in them, whatever its verdict: a
         candidate judged correct may still have patched its process (a library function, the
         harness) for the next one. The next ranks are a spare begun earlier where there is one,
         else they start now; either way they join by the next ``start``. Spares are then begun
-        up to ``EvalSettings.spare_candidate_pools``, one more for each candidate judged (an
-        evaluator that judges one candidate starts no ranks it will not use)."""
+        up to ``EvalSettings.spare_candidate_pools``: one more for each candidate judged (an
+        evaluator that judges one candidate starts no ranks it will not use), or as many as the
+        caller said will follow the next candidate (``more_after`` counts those after the one
+        just judged)."""
         self.candidate.kill()
         self.renewals += 1
         while self.spares and not self.spares[0].starting:  # one that failed to launch
@@ -114,7 +116,12 @@ class JudgePools:
         else:
             self.candidate = self._new_candidate()
             self._begin(self.candidate)
-        depth = min(self.reference.settings.spare_candidate_pools, self.renewals - 1)
+        self.begin_spares(max(self.renewals - 1, more_after - 1))
+
+    def begin_spares(self, wanted: int) -> None:
+        """Begin candidate ranks ahead until ``wanted`` spares (at most
+        ``EvalSettings.spare_candidate_pools``) are starting."""
+        depth = min(self.reference.settings.spare_candidate_pools, wanted)
         while len(self.spares) < depth:
             spare = self._new_candidate()
             if not self._begin(spare):
