@@ -13,7 +13,7 @@ ran, beside the reference's own peak as the same instrument saw it.
 Resumable and time-budgeted: problems already in a ``--resume`` file (the ``partial.jsonl`` of an
 earlier call, carried back) or in ``$OUT/partial.jsonl`` are skipped (their rows are copied into
 ``$OUT/partial.jsonl``, so the latest file always holds everything); a problem starts only when
-the time its slowest predecessor took still fits before ``--budget-s``, and each problem runs in a
+the median time of the problems measured so far (in any call) still fits before ``--budget-s``, and each problem runs in a
 child process killed at the budget, so the call ends cleanly before the device call's limit. A
 problem killed that way is recorded (``"status": "over_budget"``) and retried once by a later call.
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -106,18 +107,23 @@ def main() -> int:
     if args.limit is not None:
         todo = todo[: args.limit]
     print(f"{len(imported)} imported, {len(rejected)} not imported, {len(todo)} to run in this call", flush=True)
-    took_s: list[float] = []  # problems of this call that finished
+    # What a problem takes, from every one measured so far (this call's and earlier calls'): a
+    # call starts the next problem while the typical time still fits. Waiting for the slowest
+    # left a third of some calls unused; a problem that then runs past the budget is retried
+    # first in the next call.
+    took_s = [float(r["took_s"]) for r in rows.values() if r.get("status") == "measured" and r.get("took_s")]
     for w in todo:
         left = args.budget_s - (time.monotonic() - started)
-        slowest = max(took_s) if took_s else FIRST_ESTIMATE_S
-        if left < slowest + MARGIN_S:
-            print(f"stopping: {left:.0f} s left, a problem has taken up to {slowest:.0f} s", flush=True)
+        typical = statistics.median(took_s) if took_s else FIRST_ESTIMATE_S
+        if left < typical + MARGIN_S:
+            print(f"stopping: {left:.0f} s left, a problem takes {typical:.0f} s (median of {len(took_s)})", flush=True)
             break
         t0 = time.monotonic()
         row = run_child(w, args, timeout_s=left - MARGIN_S)
         row["attempts"] = rows.get(w["name"], {}).get("attempts", 0) + 1
         took = time.monotonic() - t0
-        if row["status"] != "over_budget":
+        row["took_s"] = round(took, 1)
+        if row["status"] == "measured":
             took_s.append(took)
         rows[w["name"]] = row
         with partial.open("a") as f:
