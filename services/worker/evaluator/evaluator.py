@@ -107,7 +107,7 @@ class Evaluator:
             info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
                 pools = self._start_pools(world_size, workload_sha=info.sha256)
-                pools.begin_spares(more_after)
+                pools.begin_spares(min(1, more_after))  # the next candidate's ranks (see renew_candidate)
             result.environment = dict(pools.environment)
             ran = True
             self._run(pools, info, source, level, result)

@@ -104,9 +104,10 @@ class JudgePools:
         harness) for the next one. The next ranks are a spare begun earlier where there is one,
         else they start now; either way they join by the next ``start``. Spares are then begun
         up to ``EvalSettings.spare_candidate_pools``: one more for each candidate judged (an
-        evaluator that judges one candidate starts no ranks it will not use), or as many as the
-        caller said will follow the next candidate (``more_after`` counts those after the one
-        just judged)."""
+        evaluator that judges one candidate starts no ranks it will not use), or one where the
+        caller said more will follow the next candidate (``more_after`` counts those after the
+        one just judged; a job's steps left, an upper bound: one spare ahead is ready in time,
+        since a judgement takes longer than a start)."""
         self.candidate.kill()
         self.renewals += 1
         while self.spares and not self.spares[0].starting:  # one that failed to launch
@@ -116,7 +117,7 @@ class JudgePools:
         else:
             self.candidate = self._new_candidate()
             self._begin(self.candidate)
-        self.begin_spares(max(self.renewals - 1, more_after - 1))
+        self.begin_spares(max(self.renewals - 1, min(1, more_after - 1)))
 
     def begin_spares(self, wanted: int) -> None:
         """Begin candidate ranks ahead until ``wanted`` spares (at most
