@@ -63,6 +63,34 @@ def workloads(root: str | Path | None = None, family: str | None = None, world_s
     ]
 
 
+@dataclass
+class Selection:
+    """A batch's workloads: those of the suite (or of ``names``) that support the world size, in
+    the suite's order; the named ones the suite lacks; those left out for their world sizes
+    (name, the sizes they support); and the suite's files that are not workloads."""
+
+    chosen: list[WorkloadInfo]
+    unknown: list[str]
+    unsupported: list[tuple[str, list[int]]]
+    problems: list[SuiteProblem]
+
+
+def select(root: str | Path | None, world_size: int, names: list[str] | tuple[str, ...] | None = ()) -> Selection:
+    """What a batch at ``world_size`` runs: every workload of the suite that supports it, or,
+    with ``names``, the named ones (each once). The CLI's batch runner and the API's batches
+    both start here; each says in its own way what is left out."""
+    found, problems = discover(root)
+    wanted = list(dict.fromkeys(names or ()))
+    known = {w.name for w in found}
+    considered = [w for w in found if not wanted or w.name in set(wanted)]
+    return Selection(
+        chosen=[w for w in considered if world_size in w.world_sizes],
+        unknown=[n for n in wanted if n not in known],
+        unsupported=[(w.name, list(w.world_sizes)) for w in considered if world_size not in w.world_sizes],
+        problems=problems,
+    )
+
+
 def find(name: str, root: str | Path | None = None) -> WorkloadInfo:
     """A workload by name (or by path, for a file outside the suite)."""
     candidate = Path(name)

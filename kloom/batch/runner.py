@@ -25,7 +25,7 @@ from typing import Callable
 from agents.loop import run_job
 from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
 from agents.sinks import FileSink
-from kloom.suite import discover, resolve_suite
+from kloom.suite import resolve_suite, select
 from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.profiler import job_profiler
 
@@ -58,19 +58,11 @@ class JobOutcome:
 
 def plan_batch(settings: BatchSettings) -> tuple[list, list[tuple[str, str]]]:
     """The suite's workloads that this batch runs, and those it leaves out with the reason."""
-    found, problems = discover(settings.suite)
-    chosen, left_out = [], [(p.path, p.reason) for p in problems]
-    wanted = set(settings.workloads)
-    for info in found:
-        if wanted and info.name not in wanted:
-            continue
-        if settings.world_size not in info.world_sizes:
-            left_out.append((info.name, f"supports world sizes {list(info.world_sizes)}, not {settings.world_size}"))
-            continue
-        chosen.append(info)
-    missing = wanted - {i.name for i in found}
-    left_out += [(name, "no such workload in the suite") for name in sorted(missing)]
-    return chosen, left_out
+    picked = select(settings.suite, settings.world_size, settings.workloads)
+    left_out = [(p.path, p.reason) for p in picked.problems]
+    left_out += [(name, f"supports world sizes {sizes}, not {settings.world_size}") for name, sizes in picked.unsupported]
+    left_out += [(name, "no such workload in the suite") for name in sorted(picked.unknown)]
+    return picked.chosen, left_out
 
 
 def _device_groups(settings: BatchSettings, parallel: int | None) -> list[list[int] | None]:

@@ -25,10 +25,13 @@ router = APIRouter(prefix="/batches", tags=["batches"])
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_batch(data: BatchCreate, key: CurrentKey, session: SessionDep, settings: SettingsDep, celery: CeleryDep) -> BatchPublic:
     """Run a suite: one job per workload that supports ``world_size``, all in one transaction."""
-    root = workloads.suite_root(data.suite, settings)
-    found = suite.workloads(root, world_size=data.world_size)
-    if data.workloads:
-        found = _chosen(data, suite.workloads(root), found)
+    picked = suite.select(workloads.suite_root(data.suite, settings), data.world_size, data.workloads)
+    if picked.unknown:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"no workload named {', '.join(map(repr, picked.unknown))} in the {data.suite} suite")
+    if data.workloads and picked.unsupported:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"world size {data.world_size} is not among the WORLD_SIZES of "
+                            f"{', '.join(repr(name) for name, _ in sorted(picked.unsupported))}")
+    found = picked.chosen
     if not found:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"no workload of the {data.suite} suite supports world size {data.world_size}"
@@ -54,22 +57,6 @@ def create_batch(data: BatchCreate, key: CurrentKey, session: SessionDep, settin
         session.commit()
         raise broker_unavailable(exc) from None
     return batch_public(batch, jobs, with_workloads=True)
-
-
-def _chosen(data: BatchCreate, every: list, supported: list) -> list:
-    """The named workloads of the suite, each known and supporting the world size (else a 422 that
-    names the ones that are not), in the suite's order, without repeats."""
-    names = {w.name for w in every}
-    unknown = [n for n in dict.fromkeys(data.workloads) if n not in names]
-    if unknown:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"no workload named {', '.join(map(repr, unknown))} in the {data.suite} suite")
-    wanted = set(data.workloads)
-    unsupported = sorted(wanted - {w.name for w in supported})
-    if unsupported:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"world size {data.world_size} is not among the WORLD_SIZES of {', '.join(map(repr, unsupported))}"
-        )
-    return [w for w in supported if w.name in wanted]
 
 
 @router.get("")
