@@ -29,18 +29,21 @@ WORKLOAD = "tests/evaluator/workloads/linear_allreduce.py"
 CANDIDATE = "tests/evaluator/candidates/correct.py"
 
 CHILD = r'''
-import json, sys, time
+import inspect, json, sys, time
 root, device, world, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 sys.path.insert(0, root)
 from services.worker.evaluator import EvalSettings, Evaluator
 settings = EvalSettings.for_device(device)
 out = {"totals": [], "statuses": [], "speedups": [], "starts": [], "errors": [], "phases": []}
 with Evaluator(device, settings) as ev:
+    # As a job tells it (where the judge takes it): how many candidates follow each one.
+    told = "more_after" in inspect.signature(ev.evaluate).parameters
+    ahead = lambda left: {"more_after": left} if told else {}
     t0 = time.monotonic()
-    first = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world)
+    first = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world, **ahead(n))
     out["first_s"] = time.monotonic() - t0
-    for _ in range(n):
-        r = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world)
+    for i in range(n):
+        r = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world, **ahead(n - 1 - i))
         out["totals"].append(r.phase_seconds["total"])
         out["statuses"].append(r.status)
         out["speedups"].append(r.speedup)
