@@ -74,7 +74,7 @@ class SentenceEmbedder:
 
     def __init__(self, model_name: str):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a load must never reach the network
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # optional: sentence-transformers, after HF_HUB_OFFLINE is set
 
         self.name = model_name
         self._model = SentenceTransformer(model_name, local_files_only=True, device="cpu")

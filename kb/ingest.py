@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
@@ -83,12 +85,10 @@ def _insert(session: Session, model):
     """The dialect's INSERT, which has ``on_conflict_do_*`` on PostgreSQL and SQLite alike."""
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        raise NotImplementedError(f"the knowledge base supports PostgreSQL and SQLite, not {dialect}")
-    return insert(model)
+        return postgresql_insert(model)
+    if dialect == "sqlite":
+        return sqlite_insert(model)
+    raise NotImplementedError(f"the knowledge base supports PostgreSQL and SQLite, not {dialect}")
 
 
 def read_workload_source(trajectory: Trajectory, given: str | None = None) -> str | None:

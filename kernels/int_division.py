@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpreterBuilder
 
 #: Dividends of ``divide_by``, and the quotients and remainders by 2 of C (rounding toward zero),
 #: which compiled Triton and its interpreter follow (Python's floor would give -4, -3, -1, ...).
@@ -41,8 +42,6 @@ class Divisions:
 def signed_divisions():
     """Record every signed integer ``//`` and ``%`` the interpreter runs inside the block (every
     lane, masked or not: a masked lane still computes its address)."""
-    from triton.runtime.interpreter import InterpreterBuilder
-
     seen = Divisions()
     originals = {name: getattr(InterpreterBuilder, name) for name in ("create_sdiv", "create_srem")}
 

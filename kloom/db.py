@@ -15,6 +15,8 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
+import migrations
+
 #: Constraint names that Alembic can find again on every database.
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -94,15 +96,13 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def migrations_dir() -> Path:
-    import migrations
-
     # __path__, not __file__: an editable install may map the package as a namespace.
     return Path(next(iter(migrations.__path__))).resolve()
 
 
 def alembic_config(url: str):
     """An Alembic config for ``url`` pointing at kloom's migrations, without reading alembic.ini."""
-    from alembic.config import Config
+    from alembic.config import Config  # lazy: alembic (~0.1 s) only where migrations run, not in every process with a database
 
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
@@ -113,14 +113,14 @@ def alembic_config(url: str):
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` (the service runs this at start; never ``create_all``)."""
-    from alembic import command
+    from alembic import command  # lazy: alembic (~0.1 s) only where migrations run, not in every process with a database
 
     command.upgrade(alembic_config(url), revision)
 
 
 def current_revision(url: str) -> str | None:
     """The revision the database is at (None for an empty database)."""
-    from alembic.runtime.migration import MigrationContext
+    from alembic.runtime.migration import MigrationContext  # lazy: alembic (~0.1 s) only where migrations run, not in every process with a database
 
     engine = create_db_engine(url, pool=False)
     try:

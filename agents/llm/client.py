@@ -52,7 +52,7 @@ def _litellm() -> Any:
     # internet at import (slow, and impossible on isolated machines); set the variable to
     # "False" to fetch the newest map.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    import litellm  # optional: litellm (a service extra), after the cost-map variable is set
 
     litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout
     return litellm
@@ -77,7 +77,7 @@ class LLMClient:
         ``LLMAuthError``, ``LLMContextError``, ``LLMRequestError``, ``LLMConfigError``, or
         ``LLMUnavailable`` once transient failures outlast the retries.
         """
-        import tenacity
+        import tenacity  # optional: tenacity (a service extra; GPU images lack it)
 
         litellm = _litellm()
         api_key = self._api_key()
@@ -231,7 +231,7 @@ def _status(exc: BaseException | None) -> int | None:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    import litellm
+    import litellm  # optional: litellm (a service extra; GPU images lack it)
 
     if isinstance(exc, (litellm.ContextWindowExceededError, litellm.AuthenticationError, litellm.BadRequestError)):
         return False
@@ -268,7 +268,7 @@ def _describe(exc: BaseException | None) -> str:
 
 
 def _translate(exc: BaseException, attempts: int, max_retries: int) -> LLMError:
-    import litellm
+    import litellm  # optional: litellm (a service extra; GPU images lack it)
 
     status = _status(exc)
     detail = _describe(exc)

@@ -33,8 +33,8 @@ _NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 
 
 def _rank(rank: int, world: int, store: str, benches: list[str], quick: bool, results) -> None:
-    import torch
-    import torch.distributed as dist
+    import torch  # after setup: main turns NVLink multicast off before torch loads
+    import torch.distributed as dist  # after setup: main turns NVLink multicast off before torch loads
 
     os.environ.update(_NO_MULTICAST)
     torch.cuda.set_device(rank)
@@ -61,7 +61,7 @@ def _rank(rank: int, world: int, store: str, benches: list[str], quick: bool, re
 
 def run_world(world: int, benches: list[str], quick: bool, timeout_s: float) -> tuple[list[dict], list[str]]:
     """Every record of one world size, and what went wrong."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # after setup: main turns NVLink multicast off before torch loads
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -98,7 +98,7 @@ def _fmt(x: float | None) -> str:
 
 def markdown(report: dict) -> str:
     """The records as one table per kernel and world size: ms, speedup over torch + NCCL, floors."""
-    from kernels.comm.bench_common import Measured, fractions
+    from kernels.comm.bench_common import Measured, fractions  # after setup: main (the caller) turns NVLink multicast off before torch loads
 
     lines = ["# kloom comm kernels: side by side", "", f"Command: `{report['command']}`", "", f"Machine: {report['machine']}", ""]
     for problem in report["problems"]:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for key, value in _NO_MULTICAST.items():
         os.environ[key] = value
-    import torch
+    import torch  # after setup: NVLink multicast is off (just above) before torch loads
 
     available = torch.cuda.device_count()
     report = {

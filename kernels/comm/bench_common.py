@@ -22,6 +22,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from kloom.roofline.model import RooflineTerms, estimate
+from kloom.roofline.profiles import builtin_profiles, profile_name_for_gpu
+
 
 @dataclass
 class Measured:
@@ -70,9 +73,6 @@ def max_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def model_floor(flops: float, hbm_bytes: float, link_bytes: float) -> dict[str, float]:
     """The roofline's floor on this GPU's built-in profile (ms), with its three terms."""
-    from kloom.roofline.model import RooflineTerms, estimate
-    from kloom.roofline.profiles import builtin_profiles, profile_name_for_gpu
-
     profile = builtin_profiles().get(profile_name_for_gpu(torch.cuda.get_device_name()), builtin_profiles()["h100"])
     record = estimate(RooflineTerms(flops=flops, hbm_bytes=hbm_bytes, link_bytes=link_bytes, dtype="bf16"), profile)
     return {"model": record.floor_ms, "model_compute": record.compute_ms, "model_hbm": record.hbm_ms, "model_link": record.link_ms}

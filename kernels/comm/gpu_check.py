@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import ag_gemm, allreduce_norm, gemm_ar, gemm_rs
+from . import ag_gemm, allreduce_norm, gemm_ar, gemm_rs, moe, ring_kv
 from .peers import emulated_peers
 
 SPINS = 1 << 20  # a wait that is not satisfied at once never will be here: fail fast
@@ -105,8 +105,6 @@ def check_allreduce_norm(world: int) -> list[dict]:
 
 
 def check_moe(world: int) -> list[dict]:
-    from . import moe
-
     tokens, hidden, ffn, experts, topk = 256, 512, 384, 8 * world, 4
     dtype = DTYPE
     local = experts // world
@@ -139,8 +137,6 @@ def check_moe(world: int) -> list[dict]:
 
 
 def check_ring_kv(world: int) -> list[dict]:
-    from . import ring_kv
-
     shape = (1, 4, 256, 64)
     dtype = DTYPE
     qs, ks, vs = ([torch.randn(shape, device=DEVICE, dtype=dtype) for _ in range(world)] for _ in range(3))

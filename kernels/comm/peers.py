@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 #: Spins before a flag wait gives up and counts a timeout (``Peers.status``) instead of hanging
 #: for good: on GPUs a poll takes well under a microsecond, so this is minutes.
@@ -110,8 +111,7 @@ def emulated_peers(world: int, numel: int, dtype: torch.dtype, n_flags: int, dev
 def symmetric_peers(numel: int, dtype: torch.dtype, n_flags: int, group=None) -> Peers:
     """This rank's ``Peers`` over torch symmetric memory on the current CUDA device. Collective:
     every rank of ``group`` (the default group when None) calls it with the same arguments."""
-    import torch.distributed as dist
-    import torch.distributed._symmetric_memory as symm_mem
+    import torch.distributed._symmetric_memory as symm_mem  # optional: a private torch API, missing from some builds; GPU runs only
 
     group = group if group is not None else dist.group.WORLD
     name = group.group_name

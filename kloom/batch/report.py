@@ -236,10 +236,10 @@ def workload_table(rows: list[dict[str, Any]]) -> list[str]:
 
 def plot(report: dict[str, Any], out: str | Path) -> list[Path]:
     """fast_p curve (p from 0 to 3) and per-workload speedups, as PNG files."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib (a service extra)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after setup: the Agg backend is chosen first
 
     out = Path(out)
     rows = report["rows"]

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from agents.loop import run_job
 from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
 from agents.sinks import FileSink
@@ -69,8 +71,6 @@ def _device_groups(settings: BatchSettings, parallel: int | None) -> list[list[i
     """Disjoint GPU sets, one per concurrent job (CUDA), or one slot per concurrent CPU job."""
     if settings.device != "cuda":
         return [None] * max(1, parallel or 1)
-    import torch
-
     count = torch.cuda.device_count()
     slots = max(1, count // settings.world_size)
     if parallel:

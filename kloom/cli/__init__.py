@@ -1,6 +1,7 @@
-"""The ``kloom`` command line. Each sub-command lives in its own module and imports what it
-needs when it runs, so that ``kloom --help`` is fast and the GPU-side commands work with torch,
-typer and rich alone."""
+"""The ``kloom`` command line. Each sub-command lives in its own module and imports its heavy
+dependencies (torch, the evaluator, the agents' loop, the database, the service) when it runs,
+so that ``kloom --help`` loads none of them and the GPU-side commands work with torch, typer and
+rich alone."""
 
 from __future__ import annotations
 

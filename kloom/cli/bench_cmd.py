@@ -11,7 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kloom.batch.archive import ArchiveError, archive_batch
+from kloom.batch.report import compare, workload_table, write_report
+
 from .evaluate import Device
+from .optimize_cmd import _open_kb
 
 bench_app = typer.Typer(help="Batch runs over a benchmark suite: run, report, compare, baselines.", no_args_is_help=True)
 
@@ -39,10 +43,7 @@ def run_cmd(
     Stopped at any point, the same command continues where the batch was: finished workloads
     are not redone and an interrupted job resumes from its last recorded step.
     """
-    from kloom.batch.report import write_report
-    from kloom.batch.runner import BatchSettings, plan_batch, run_batch
-
-    from .optimize_cmd import _open_kb
+    from kloom.batch.runner import BatchSettings, plan_batch, run_batch  # lazy: loads torch, the evaluator and the agents' loop
 
     settings = BatchSettings(
         suite=suite,
@@ -87,16 +88,12 @@ def run_cmd(
 @bench_app.command("report")
 def report_cmd(out: Annotated[Path, typer.Argument(help="A batch directory.")], as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """(Re)write and print the report of a batch directory, finished or not."""
-    from kloom.batch.report import write_report
-
     if not (out / "batch.json").is_file():
         raise typer.BadParameter(f"{out} is not a batch directory (no batch.json)")
     report = write_report(out)
     if as_json:
         typer.echo(json.dumps(report, indent=1))
     else:
-        from kloom.batch.report import workload_table
-
         _print_aggregate(Console(), report)
         # The per-workload table, as Markdown lines (readable in a terminal and when piped).
         typer.echo("\n".join(workload_table(report["rows"])))
@@ -111,8 +108,6 @@ def archive_cmd(
     """Pack a finished batch's job trajectories into one compressed archive (trajectories.jsonl.xz)
     with a manifest per job, removing the per-job trajectory.json and best_kernel.py copies;
     `kloom bench report` reads the archive."""
-    from kloom.batch.archive import ArchiveError, archive_batch
-
     try:
         done = archive_batch(out, commit=commit)
     except ArchiveError as exc:
@@ -127,8 +122,6 @@ def compare_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show what changed from batch A to batch B."""
-    from kloom.batch.report import compare
-
     def load(path: Path) -> dict:
         path = path / "report.json" if path.is_dir() else path
         if not path.is_file():
@@ -162,7 +155,7 @@ def baseline_cmd(
     out: Annotated[Path, typer.Option("--out", help="JSON-lines file of rows (resumable); a .md table is written beside it.")] = Path("baselines.jsonl"),
 ) -> None:
     """Time every workload's reference and give its roofline floor (the table speedups are measured from)."""
-    from kloom.batch.baselines import baselines_markdown, measure_baselines
+    from kloom.batch.baselines import baselines_markdown, measure_baselines  # lazy: loads torch and the evaluator
 
     console = Console()
 

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kloom.roofline.profiles import save_profile
+
 from .evaluate import Device
 
 
@@ -28,8 +30,7 @@ def register(app: typer.Typer) -> None:
         The evaluator's roofline uses a saved profile of the detected name in place of the built-in
         one (docs/roofline.md).
         """
-        from kloom.roofline.calibrate import CalibrationError, calibrate
-        from kloom.roofline.profiles import save_profile
+        from kloom.roofline.calibrate import CalibrationError, calibrate  # lazy: loads torch
 
         try:
             profile = calibrate(device.value, world_size, quick=quick, name=name)

@@ -25,7 +25,7 @@ ShapesOpt = Annotated[str | None, typer.Option("--shapes", help="Shape profile: 
 
 
 def _settings(device: Device, shapes: str | None, trials: int | None = None):
-    from services.worker.evaluator import EvalSettings
+    from services.worker.evaluator import EvalSettings  # lazy: the evaluator loads torch
 
     settings = EvalSettings.from_env(device.value)
     if shapes:
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         Exit code 0 only when the candidate is correct on every rank.
         """
-        from services.worker.evaluator import Evaluator
+        from services.worker.evaluator import Evaluator  # lazy: the evaluator loads torch
 
         with Evaluator(device.value, _settings(device, shapes, trials)) as evaluator:
             result = evaluator.evaluate(workload, candidate, world_size=world_size)
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Time the reference alone on every rank (and give its roofline floor)."""
-        from services.worker.evaluator import Evaluator
+        from services.worker.evaluator import Evaluator  # lazy: the evaluator loads torch
 
         with Evaluator(device.value, _settings(device, shapes)) as evaluator:
             result = evaluator.baseline(workload, world_size=world_size)

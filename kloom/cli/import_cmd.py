@@ -13,6 +13,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kloom.importers import ImporterError, import_kernelbench, import_pkb
+from kloom.importers.pkb import DEFAULT_SHAPES
+
 import_app = typer.Typer(
     help="Import the problems of a KernelBench or ParallelKernelBench checkout as a suite directory.",
     no_args_is_help=True,
@@ -36,8 +39,6 @@ def kernelbench_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """KernelBench problems (KernelBench/level<N>/<id>_<name>.py) as world-size-1 workloads."""
-    from kloom.importers import ImporterError, import_kernelbench
-
     try:
         report = import_kernelbench(path, level=level, out_dir=out)
     except ImporterError as exc:
@@ -60,9 +61,6 @@ def pkb_cmd(
     Inputs come from the checkout's utils/input_output_tensors.py at run time; problems kloom
     cannot run are listed with the reason.
     """
-    from kloom.importers import ImporterError, import_pkb
-    from kloom.importers.pkb import DEFAULT_SHAPES
-
     try:
         sizes = tuple(int(w) for w in world_sizes.split(",") if w.strip())
         m, n = (int(v) for v in gpu_shape.lower().split("x"))

@@ -8,6 +8,7 @@ at another one.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tab
 
 
 def _sessions(db: str | None):
-    from kb.adapter import open_kb
+    from kb.adapter import open_kb  # lazy: the knowledge base loads sqlalchemy
 
     return open_kb(db)[1]
 
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Find kernels: by relevance to QUERY, else fastest first."""
-        from kb import store
+        from kb import store  # lazy: the knowledge base loads sqlalchemy
 
         with _sessions(db)() as session:
             matches = store.search(session, query, family=family, collective=collective, limit=limit)
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """List strategies with their wins, losses and the confidence their evidence gives."""
-        from kb import store
+        from kb import store  # lazy: the knowledge base loads sqlalchemy
 
         with _sessions(db)() as session:
             rows = [_strategy_row(s) for s in store.list_strategies(session, family=family, limit=limit)]
@@ -146,8 +147,8 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Show a kernel (its code, measurements and provenance) or a strategy (with its evidence)."""
-        from kb import store
-        from kb.export import kernel_metadata
+        from kb import store  # lazy: the knowledge base loads sqlalchemy
+        from kb.export import kernel_metadata  # lazy: the knowledge base loads sqlalchemy
 
         console = Console()
         with _sessions(db)() as session:
@@ -181,10 +182,8 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Judge the kept kernels again with the evaluator as it is now; drop those that no longer pass."""
-        from dataclasses import asdict
-
-        from kb.verify import verify
-        from services.worker.evaluator import EvalSettings, Evaluator
+        from kb.verify import verify  # lazy: the knowledge base loads sqlalchemy
+        from services.worker.evaluator import EvalSettings, Evaluator  # lazy: the evaluator loads torch
 
         if device not in ("cpu", "cuda"):
             raise typer.BadParameter("cpu or cuda", param_hint="--device")
@@ -207,7 +206,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Write a kernel as a standalone module: ModelNew, its workload and a pytest test (no kloom needed)."""
-        from kb.export import ExportError, export_kernel
+        from kb.export import ExportError, export_kernel  # lazy: the knowledge base loads sqlalchemy
 
         with _sessions(db)() as session:
             try:

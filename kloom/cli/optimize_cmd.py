@@ -9,6 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agents.records import JobSpec, Limits
+from agents.sinks import FileSink
+from kloom.speedup import measured
+from kloom.suite import find
+
 from .evaluate import Device, ShapesOpt, _settings
 
 
@@ -17,8 +22,6 @@ def resolve_workload(workload: str) -> Path:
     path = Path(workload)
     if path.is_file():
         return path
-    from kloom.suite import find
-
     try:
         return Path(find(workload).path)
     except KeyError as exc:
@@ -46,11 +49,9 @@ def register(app: typer.Typer) -> None:
         The trajectory is saved after every step; running the same command again resumes it.
         Exit code 0 when a correct kernel was found.
         """
-        from agents.loop import run_job
-        from agents.records import JobSpec, Limits
-        from agents.sinks import FileSink
-        from services.worker.evaluator import Evaluator
-        from services.worker.profiler import job_profiler
+        from agents.loop import run_job  # lazy: the agents' loop loads torch
+        from services.worker.evaluator import Evaluator  # lazy: the evaluator loads torch
+        from services.worker.profiler import job_profiler  # lazy: the profiler loads torch
 
         path = resolve_workload(workload)
         settings = _settings(device, shapes)
@@ -91,7 +92,7 @@ def register(app: typer.Typer) -> None:
 def _open_kb(console: Console):
     """The knowledge base adapter, or None when the KB is not installed or not reachable."""
     try:
-        from kb.adapter import KnowledgeBaseAdapter
+        from kb.adapter import KnowledgeBaseAdapter  # optional: the knowledge base needs sqlalchemy (a service extra)
     except ImportError:
         return None
     try:
@@ -102,8 +103,6 @@ def _open_kb(console: Console):
 
 
 def _print_summary(console: Console, traj, sink) -> None:
-    from kloom.speedup import measured
-
     table = Table(title=f"{traj.workload_name}: {traj.state} ({traj.stop_reason})")
     for col in ("step", "strategy", "status", "reference ms", "ms", "speedup (95% CI)", "verdict", "% of floor"):
         table.add_column(col)

@@ -7,6 +7,7 @@ Settings come from ``KLOOM_*`` environment variables (``kloom/settings.py``); op
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ PortOpt = Annotated[int | None, typer.Option("--port", help="Port to listen on."
 
 
 def _settings(**overrides):
-    from kloom.settings import Settings
+    from kloom.settings import Settings  # lazy: settings load pydantic (a service extra)
 
     values = {k: v for k, v in overrides.items() if v is not None}
     return Settings(**values)
@@ -35,7 +36,7 @@ def _settings(**overrides):
 
 def _admin_key_file(settings) -> Path:
     """The embedded mode's admin key, made once and kept (mode 600) in the data directory."""
-    from services.db.keys import new_key
+    from services.db.keys import new_key  # lazy: the database loads sqlalchemy
 
     path = settings.data_dir.resolve() / "admin_key"
     if not path.is_file():
@@ -50,14 +51,12 @@ def _die_with_parent() -> None:
     """In the worker child of ``kloom up``: get SIGTERM when ``kloom up`` ends, however it ends
     (uvicorn re-raises the signal that stopped it, so no ``finally`` of ours runs)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _serve(app_or_factory, host: str, port: int, workers: int = 1) -> None:
-    import uvicorn
+    import uvicorn  # lazy: uvicorn (a service extra)
 
     uvicorn.run(app_or_factory, host=host, port=port, workers=workers, factory=isinstance(app_or_factory, str), proxy_headers=True)
 
@@ -69,11 +68,11 @@ def register(app: typer.Typer) -> None:
     @app.command("up")
     def up(host: HostOpt = None, port: PortOpt = None, data_dir: DataDirOpt = None, queues: QueuesOpt = None) -> None:
         """Start the API, the dashboard and a worker in one command (embedded: SQLite, no Redis, no PostgreSQL)."""
-        from pydantic import SecretStr
+        from pydantic import SecretStr  # lazy: pydantic (a service extra)
 
-        from kloom.db import upgrade
-        from services.api.app import create_app
-        from services.worker.supervisor import WorkerSupervisor
+        from kloom.db import upgrade  # lazy: the database loads sqlalchemy
+        from services.api.app import create_app  # lazy: the API loads fastapi and sqlalchemy
+        from services.worker.supervisor import WorkerSupervisor  # lazy: loads sqlalchemy and pydantic
 
         settings = _settings(api_host=host, api_port=port, data_dir=data_dir, worker_queues=queues)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +115,7 @@ def register(app: typer.Typer) -> None:
         """Serve the REST API (and the dashboard) with uvicorn."""
         settings = _settings()
         if migrate:
-            from kloom.db import upgrade
+            from kloom.db import upgrade  # lazy: the database loads sqlalchemy
 
             upgrade(settings.db_url)
         if settings.sqlite_path is not None or settings.embedded_broker:
@@ -130,7 +129,7 @@ def register(app: typer.Typer) -> None:
         loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
     ) -> None:
         """Run a Celery worker that takes jobs of the given device kinds, one at a time."""
-        from services.worker.celery_app import create_celery_app, worker_name
+        from services.worker.celery_app import create_celery_app, worker_name  # lazy: loads celery and sqlalchemy
 
         settings = _settings(worker_queues=queues, worker_sweep=True if sweep else None)
         if settings.sqlite_path is not None or settings.embedded_broker:
@@ -153,7 +152,7 @@ def register(app: typer.Typer) -> None:
     @db_app.command("upgrade")
     def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
         """Apply the migrations (the service's prestart step; also run by ``kloom up``)."""
-        from kloom.db import current_revision, upgrade
+        from kloom.db import current_revision, upgrade  # lazy: the database loads sqlalchemy
 
         settings = _settings()
         upgrade(settings.db_url, revision)
@@ -165,7 +164,7 @@ def register(app: typer.Typer) -> None:
         admin: Annotated[bool, typer.Option("--admin", help="May manage keys.")] = False,
     ) -> None:
         """Make a key and print it (the only time it is shown)."""
-        from services.db.keys import create_key
+        from services.db.keys import create_key  # lazy: the database loads sqlalchemy
 
         with _sessions()() as session:
             row, key = create_key(session, name, admin=admin)
@@ -175,9 +174,9 @@ def register(app: typer.Typer) -> None:
     @keys_app.command("list")
     def keys_list() -> None:
         """List keys (never the keys themselves)."""
-        from sqlalchemy import select
+        from sqlalchemy import select  # lazy: sqlalchemy (a service extra)
 
-        from services.db.models import ApiKey
+        from services.db.models import ApiKey  # lazy: the database loads sqlalchemy
 
         with _sessions()() as session:
             rows = session.scalars(select(ApiKey).order_by(ApiKey.created_at)).all()
@@ -191,7 +190,7 @@ def register(app: typer.Typer) -> None:
     @keys_app.command("revoke")
     def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (from `kloom keys list`).")]) -> None:
         """Revoke a key at once."""
-        from services.db.keys import revoke
+        from services.db.keys import revoke  # lazy: the database loads sqlalchemy
 
         with _sessions()() as session:
             row = revoke(session, key_id)
@@ -203,6 +202,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _sessions():
-    from kloom.db import create_db_engine, session_factory
+    from kloom.db import create_db_engine, session_factory  # lazy: the database loads sqlalchemy
 
     return session_factory(create_db_engine(_settings().db_url))

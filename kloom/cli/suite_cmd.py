@@ -16,6 +16,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from kloom.suite import discover, find
+from kloom.workload import WorkloadError, read_source
+
 from .import_cmd import register_import
 
 #: The parallelism families of docs/workload-format.md.
@@ -68,8 +71,6 @@ def list_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """List the suite's workloads (name, family, world sizes, where each appears in practice)."""
-    from kloom.suite import discover
-
     try:
         found, problems = discover(suite)
     except FileNotFoundError as exc:
@@ -112,9 +113,6 @@ def show_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one workload: its metadata, shape profiles and source."""
-    from kloom.suite import find
-    from kloom.workload import WorkloadError, read_source
-
     try:
         info = find(name, suite)
         source = read_source(info.path)

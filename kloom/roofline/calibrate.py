@@ -20,6 +20,7 @@ benchmark (its own rank processes) in ``collective_bench.py``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from datetime import datetime, timezone
@@ -139,8 +140,6 @@ def load_or_calibrate(device: str = "cpu", world_size: int | None = None, max_ag
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    import fcntl
-
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

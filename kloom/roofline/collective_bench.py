@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from kloom.processes import NO_MULTICAST
 
@@ -103,7 +104,7 @@ def _log_tail(logs: list, ranks, chars: int = 3000) -> str:
     return "\n".join(parts)
 
 
-def _collective_call(op: str, dist, out, inp):
+def _collective_call(op: str, out, inp):
     if op == "all_reduce":
         return lambda: dist.all_reduce(inp)
     if op == "all_gather":
@@ -129,8 +130,6 @@ def _collective_buffers(op: str, numel: int, world: int, dtype, device):
 
 def _rank_main(spec_path: str, rank: int) -> None:
     """One rank of the collective benchmark; rank 0 writes the report."""
-    import torch.distributed as dist
-
     spec = json.loads(Path(spec_path).read_text())
     world, kind = int(spec["world_size"]), spec["device"]
     sizes = Sizes(0, 0, int(spec["bytes"]), int(spec["reps"]), int(spec["warmup"]), float(spec["budget_s"]))
@@ -170,7 +169,7 @@ def _rank_main(spec_path: str, rank: int) -> None:
     for op in COLLECTIVES:
         out, inp = _collective_buffers(op, numel, world, dtype, device)
         try:
-            seconds = _slowest_rank(_median_of(aligned(_collective_call(op, dist, out, inp)), sizes), device, dist)
+            seconds = _slowest_rank(_median_of(aligned(_collective_call(op, out, inp)), sizes), device)
         except (RuntimeError, NotImplementedError, ValueError) as exc:  # a backend without this collective
             report["ops"][op] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
@@ -179,7 +178,7 @@ def _rank_main(spec_path: str, rank: int) -> None:
         report["ops"][op] = {"bytes": nbytes, "seconds": seconds, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(op, world)}
         del out, inp
     tiny = torch.randn(1, dtype=dtype, device=device)
-    report["latency_us"]["all_reduce"] = 1e6 * _slowest_rank(_median_of(aligned(lambda: dist.all_reduce(tiny)), sizes), device, dist)
+    report["latency_us"]["all_reduce"] = 1e6 * _slowest_rank(_median_of(aligned(lambda: dist.all_reduce(tiny)), sizes), device)
     if rank == 0:
         Path(spec["report"]).write_text(json.dumps(report))
     dist.barrier()
@@ -195,7 +194,7 @@ def _median_of(call, sizes: Sizes) -> float:
     return statistics.median(times)
 
 
-def _slowest_rank(seconds: float, device, dist) -> float:
+def _slowest_rank(seconds: float, device) -> float:
     t = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())

@@ -83,7 +83,7 @@ def profile_name(gpus: list[dict]) -> str:
     if not gpus:
         return fallback
     try:
-        from kloom.roofline.calibrate import load_or_calibrate
+        from kloom.roofline.calibrate import load_or_calibrate  # lazy: keeps torch out of the API, which imports this module
 
         return load_or_calibrate("cuda", len(gpus)).name
     except Exception:  # noqa: BLE001 - the built-in profile serves until calibration works

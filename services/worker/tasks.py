@@ -75,7 +75,7 @@ def execute_job(app: Celery, job_id: str, *, worker_id: str) -> str:
         sink.finish("stopped", f"the job's time limit ({settings.job_soft_time_limit_s} s) was reached")
         return "time limit"
     except Exception as exc:  # noqa: BLE001 - any failure of the run fails the job, with its reason
-        from services.worker.evaluator import EvaluatorUnavailable
+        from services.worker.evaluator import EvaluatorUnavailable  # lazy: keeps torch out of the API and the worker's main process
 
         if isinstance(exc, EvaluatorUnavailable):
             return _requeue_after_machine_fault(app, sessions, job_id, claim.attempt, str(exc))
@@ -90,9 +90,9 @@ def execute_job(app: Celery, job_id: str, *, worker_id: str) -> str:
 def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink, settings: Settings):
     # The loop and the evaluator import torch: only the process that runs a job loads them (the
     # worker's main process and the API, which import this module, stay without it).
-    from agents.loop import run_job
-    from services.worker.evaluator import Evaluator
-    from services.worker.profiler import job_profiler
+    from agents.loop import run_job  # lazy: keeps torch out of the API and the worker's main process
+    from services.worker.evaluator import Evaluator  # lazy: keeps torch out of the API and the worker's main process
+    from services.worker.profiler import job_profiler  # lazy: keeps torch out of the API and the worker's main process
 
     def load() -> tuple[Job, list[dict]]:
         with sessions() as session:
@@ -125,7 +125,7 @@ def rank_settings(device: str, settings: Settings, owner: str, job_dir: str):
     as an unprivileged user (a root worker), the service's data hidden, the temporary directories
     covered but for the job's own (its workload, handed to the rank user), compiler caches of
     the job owner's own."""
-    from services.worker.evaluator import EvalSettings, sandbox
+    from services.worker.evaluator import EvalSettings, sandbox  # lazy: keeps torch out of the API and the worker's main process
 
     base = EvalSettings.from_env(device)
     eval_settings = sandbox.for_service(
@@ -167,7 +167,7 @@ def open_kb(sessions: sessionmaker[Session]):
     """The loop's knowledge base over this service's database, where the ``kb`` package is
     installed (its tables come with the migrations); else the loop runs without one."""
     try:
-        from kb.adapter import KnowledgeBaseAdapter
+        from kb.adapter import KnowledgeBaseAdapter  # optional: the kb package may not be installed
     except ImportError:
         return None
     return KnowledgeBaseAdapter(sessions)

@@ -6,6 +6,8 @@ core and beside the evaluator, which they reach only through what the worker or 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,3 +45,69 @@ def test_the_core_imports_no_layer_above_it():
         if any(m == a or m.startswith(a + ".") for a in above)
     }
     assert not seen
+
+
+# Imports inside functions ------------------------------------------------------------------------
+#: The reasons an import may sit inside a function, as a comment on its line: it is deferred for
+#: start-up cost (``kloom --help`` without torch, the API without torch or the agents' loop), its
+#: package may be absent (triton, pynvml, litellm, ...), or it must follow some process set-up (an
+#: environment variable, a backend choice). Any other import belongs at the top of its module; one
+#: moved inside a function to dodge an import cycle hides a layering fault instead of fixing it.
+REASONS = ("# lazy:", "# optional:", "# after setup:")
+PRODUCT = ("agents", "kb", "kloom", "services", "kernels")
+#: (file, module) of in-function imports let through without a reason, in files that another change
+#: is rewriting as this is written (issue 23); that change gives each a reason or moves it, then
+#: deletes its line here (``test_the_allowed_imports_are_still_there`` says which to delete).
+UNREVIEWED = {
+    ("services/worker/evaluator/rank.py", "datetime"),  # RankState.__init__: timedelta
+    ("services/worker/evaluator/rank.py", "triton"),  # RankState.environment: optional, GPU images
+    ("services/worker/evaluator/rank.py", "threading"),  # _exit_with_parent
+    ("services/worker/evaluator/rank.py", "time"),  # _exit_with_parent
+    ("services/worker/evaluator/rank.py", ".candidate_rank"),  # main: the role's class
+    ("services/worker/evaluator/rank.py", ".reference_rank"),  # main: the role's class
+    ("services/worker/evaluator/judge_trials.py", "services.worker.profiler.nvml"),  # _gpu_sampler
+}
+
+
+def _comments(source: str) -> dict[int, str]:
+    """Each line's comment (``#`` to the end of the line)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.start[0]: t.string for t in tokens if t.type == tokenize.COMMENT}
+
+
+def _function_imports(tree: ast.AST, inside: bool = False):
+    """Import statements inside a function (or a function nested in one)."""
+    for node in ast.iter_child_nodes(tree):
+        if inside and isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _function_imports(node, inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _unexplained_function_imports() -> set[tuple[str, int, str]]:
+    """(file, line, module) of every in-function import of product code with no reason comment."""
+    found = set()
+    for rel, path in _modules(*PRODUCT):
+        source = path.read_text()
+        comments = _comments(source)
+        for node in _function_imports(ast.parse(source)):
+            lines = range(node.lineno, node.end_lineno + 1)
+            if any(comments.get(line, "").startswith(REASONS) for line in lines):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                names = ["." * node.level + (node.module or node.names[0].name)]
+            else:
+                names = [alias.name for alias in node.names]
+            found |= {(rel, node.lineno, name) for name in names}
+    return found
+
+
+def test_imports_inside_functions_say_why():
+    unexplained = sorted((rel, line, m) for rel, line, m in _unexplained_function_imports() if (rel, m) not in UNREVIEWED)
+    assert not unexplained, "imports inside functions with no reason comment (move them to the top of the module):\n" + "\n".join(
+        f"{rel}:{line} {m}" for rel, line, m in unexplained
+    )
+
+
+def test_the_allowed_imports_are_still_there():
+    present = {(rel, m) for rel, _, m in _unexplained_function_imports()}
+    assert not UNREVIEWED - present, f"delete these from UNREVIEWED: {sorted(UNREVIEWED - present)}"

@@ -11,6 +11,8 @@ blocks of calls of the two sides with the other side stopped.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import deque
 from contextlib import contextmanager
 
@@ -181,9 +183,6 @@ class JudgePools:
     def kill_now(self) -> None:
         """From another thread: SIGKILL every rank (stopped ones too); the call in flight then
         finds them dead within a fraction of a second."""
-        import os
-        import signal
-
         for proc in list(self.procs):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)

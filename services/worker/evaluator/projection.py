@@ -184,7 +184,7 @@ class Projector:
     def _leaf_on_gpu(self, position: int, t: torch.Tensor, call: int) -> torch.Tensor:
         """``leaf`` by one Triton kernel per piece (``projection_kernel``): the same numbers, with
         no sign or float64 buffers (a contiguous leaf is read in place)."""
-        from .projection_kernel import project_piece
+        from .projection_kernel import project_piece  # optional: triton (CPU installs may lack it); projection_kernel imports this module too
 
         if t.is_complex():
             t = torch.view_as_real(t.resolve_conj().resolve_neg())

@@ -234,7 +234,7 @@ class ReferenceRank(RankBase):
 
     def cmd_analyze(self, workload_path: str, workload_sha: str, shapes: str, init_seed: int, seed: int) -> dict:
         """What the reference does on this rank: operators, collectives, host syncs, data flow."""
-        from .tracing import trace_call
+        from .tracing import trace_call  # lazy: the tracer and kloom.opgraph add ~60 ms to every reference rank's start
 
         self._open(workload_path, workload_sha, shapes, init_seed)
         inputs = self._inputs(seed)
@@ -256,7 +256,7 @@ class ReferenceRank(RankBase):
 
     def cmd_probe_split(self, seed: int, chunks: int, tolerance: dict) -> dict:
         """After ``analyze``: whether the reference computes row blocks independently."""
-        from .tracing import probe_row_split
+        from .tracing import probe_row_split  # lazy: the tracer and kloom.opgraph add ~60 ms to every reference rank's start
 
         table = resolve_tolerance(getattr(self.workload, "TOLERANCE", None), {})
         table.update(tolerance_from_names(tolerance))

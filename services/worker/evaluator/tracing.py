@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
+import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
@@ -116,7 +117,7 @@ def _subclasses_constructible() -> Iterator[None]:
     checks that stand-in's signature against whatever ``__new__`` is then: it is imported before
     the swap (a reference that compiles, or any torch code that imports it, would otherwise fail
     the trace), and the swap takes any arguments, as the check allows."""
-    import torch._dynamo  # noqa: F401  (see above)
+    import torch._dynamo  # lazy: ~0.9 s, paid by the first trace (before the swap: see above)  # noqa: F401
 
     base = torch._C.TensorBase.__new__
     previous = vars(torch.Tensor).get("__new__")  # None: Tensor has no __new__ of its own
@@ -209,8 +210,6 @@ def probe_row_split(model, make_inputs, *, chunks: int, compare) -> dict | None:
     tolerance). Then a candidate may pipeline the slices on several streams, overlapping one
     slice's collective with the next slice's compute. Every rank must take the same path, so the
     shapes that decide it are agreed over the process group first."""
-    import torch.distributed as dist
-
     n, sets = _split_sets(make_inputs())
     decision = [n, sets]
     if dist.is_initialized() and dist.get_world_size() > 1:

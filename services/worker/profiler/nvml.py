@@ -48,7 +48,7 @@ def unavailable(reason: str) -> dict[str, Any]:
 def _open():
     """The initialised pynvml module (pair every call with ``nvmlShutdown``)."""
     try:
-        import pynvml
+        import pynvml  # optional: nvidia-ml-py (a service extra)
     except ImportError:
         raise NvmlUnavailable("nvidia-ml-py (pynvml) is not installed") from None
     try:

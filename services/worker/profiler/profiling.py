@@ -26,6 +26,8 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import torch
+
 from kloom.profile import kernel_key
 from kloom.profile_summary import summarise
 from kloom.static_check import check_candidate
@@ -100,8 +102,6 @@ def _check_device(device: str, world_size: int, settings: ProfileSettings) -> No
         return
     if device != "cuda":
         raise _Stop("failed", f"device must be 'cpu' or 'cuda', not {device!r}")
-    import torch
-
     needed = max(settings.devices or list(range(world_size))) + 1
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if visible < needed:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from kloom.workload import import_file, inspect_workload, module_name_for
 from services.worker.evaluator.rank import seed_everything, seed_for
@@ -120,8 +122,6 @@ def run(spec: LaunchSpec, rank: int) -> dict:
 
 
 def _record_torch(spec: LaunchSpec, rank: int, step, device: torch.device) -> dict:
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -171,8 +171,6 @@ def device_events(events, device_index: int) -> tuple[list[tl.Event], tuple[floa
     """Kernels, copies and memsets that ran on GPU ``device_index`` inside the profiled window,
     and that window: the ``kloom_profile`` range as the GPU saw it (the CPU's range where the
     profiler did not mirror it onto the GPU)."""
-    from torch.autograd import DeviceType
-
     window = _own_range(events, DeviceType.CUDA) or _own_range(events, DeviceType.CPU)
     lo, hi = window
     kernels = [
@@ -191,8 +189,6 @@ def device_events(events, device_index: int) -> tuple[list[tl.Event], tuple[floa
 def cpu_events(events) -> tuple[list[tl.Event], int, tuple[float, float]]:
     """CPU operators with their enclosing operators' names, the main thread, and the window
     (the ``kloom_profile`` range)."""
-    from torch.autograd import DeviceType
-
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
     own = next(e for e in cpu if e.name == "kloom_profile")
     out = []
@@ -211,8 +207,6 @@ def cpu_events(events) -> tuple[list[tl.Event], int, tuple[float, float]]:
 def operator_totals(events, window: tuple[float, float]) -> list[tl.NameTotal]:
     """The operator summary of the profiled window: calls and self CPU time per operator (the
     whole duration for asynchronous ones, such as gloo's collectives, which have no self time)."""
-    from torch.autograd import DeviceType
-
     acc: dict[str, tl.NameTotal] = {}
     lo, hi = window
     for e in events:
