@@ -55,18 +55,6 @@ def test_the_core_imports_no_layer_above_it():
 #: moved inside a function to dodge an import cycle hides a layering fault instead of fixing it.
 REASONS = ("# lazy:", "# optional:", "# after setup:")
 PRODUCT = ("agents", "kb", "kloom", "services", "kernels")
-#: (file, module) of in-function imports let through without a reason, in files that another change
-#: is rewriting as this is written (issue 23); that change gives each a reason or moves it, then
-#: deletes its line here (``test_the_allowed_imports_are_still_there`` says which to delete).
-UNREVIEWED = {
-    ("services/worker/evaluator/rank.py", "datetime"),  # RankState.__init__: timedelta
-    ("services/worker/evaluator/rank.py", "triton"),  # RankState.environment: optional, GPU images
-    ("services/worker/evaluator/rank.py", "threading"),  # _exit_with_parent
-    ("services/worker/evaluator/rank.py", "time"),  # _exit_with_parent
-    ("services/worker/evaluator/rank.py", ".candidate_rank"),  # main: the role's class
-    ("services/worker/evaluator/rank.py", ".reference_rank"),  # main: the role's class
-    ("services/worker/evaluator/judge_trials.py", "services.worker.profiler.nvml"),  # _gpu_sampler
-}
 
 
 def _comments(source: str) -> dict[int, str]:
@@ -102,12 +90,7 @@ def _unexplained_function_imports() -> set[tuple[str, int, str]]:
 
 
 def test_imports_inside_functions_say_why():
-    unexplained = sorted((rel, line, m) for rel, line, m in _unexplained_function_imports() if (rel, m) not in UNREVIEWED)
+    unexplained = sorted(_unexplained_function_imports())
     assert not unexplained, "imports inside functions with no reason comment (move them to the top of the module):\n" + "\n".join(
         f"{rel}:{line} {m}" for rel, line, m in unexplained
     )
-
-
-def test_the_allowed_imports_are_still_there():
-    present = {(rel, m) for rel, _, m in _unexplained_function_imports()}
-    assert not UNREVIEWED - present, f"delete these from UNREVIEWED: {sorted(UNREVIEWED - present)}"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 from kloom.speedup import paired_interval
+from services.worker.profiler.nvml import NvmlSampler
 
 from . import precision
 from .compare import compare_rank, resolve_tolerance, tolerance_to_names
@@ -181,8 +182,6 @@ class Trials:
         if self.ev.device != "cuda":
             yield None
             return
-        from services.worker.profiler.nvml import NvmlSampler
-
         with NvmlSampler(self.pools.devices[: self.world], interval_s=0.05) as sampler:
             yield sampler
 

@@ -143,7 +143,7 @@ class RankPool:
                 },
                 cache_dir=cache,
             )
-            argv = [sandbox.python_executable(), "-m", "services.worker.evaluator.rank"]
+            argv = [sandbox.python_executable(), "-m", "services.worker.evaluator.rank_main"]
             proc, status_read = self.isolation.spawn(rank, argv, env, self.workdir, self._log_path(rank))
             self.procs.append(proc)
             try:

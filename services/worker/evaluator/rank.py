@@ -1,4 +1,4 @@
-"""One evaluator rank process (``python -m services.worker.evaluator.rank``).
+"""What an evaluator rank process runs (its entry point: ``rank_main.py``).
 
 A rank belongs to one of a judge's two pools (``KLOOM_ROLE``): a **reference** rank
 (``reference_rank.py``) builds the workload's model, draws every input, runs the reference and
@@ -17,7 +17,7 @@ import os
 import random
 import sys
 import traceback
-from multiprocessing.connection import Client
+from datetime import timedelta
 from typing import Any, Callable
 
 import torch
@@ -27,7 +27,7 @@ from . import precision
 from . import tensors as T
 from .compare import tolerance_from_names
 from .projection import Projector, warm
-from .protocol import pack, recv_command, send_packed, send_reply
+from .protocol import pack, recv_command, send_packed
 from .timing import Timer
 
 
@@ -85,7 +85,6 @@ class RankBase:
             self.device = torch.device("cpu")
             backend = "gloo"
         kwargs: dict[str, Any] = {"device_id": self.device} if device_kind == "cuda" else {}
-        from datetime import timedelta
 
         dist.init_process_group(backend=backend, init_method=f"file://{store_path}", rank=rank, world_size=world_size,
                                 timeout=timedelta(hours=2), **kwargs)
@@ -109,7 +108,7 @@ class RankBase:
             env.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1), sm_count=props.multi_processor_count,
                        cuda=str(torch.version.cuda))
             try:
-                import triton
+                import triton  # optional: GPU images have it
 
                 env["triton"] = str(triton.__version__)
             except ImportError:
@@ -316,59 +315,3 @@ def serve(conn, state) -> None:
         msg = reply = None
         state.idle()
         send_packed(conn, packed)
-
-
-def _exit_with_parent() -> None:
-    """A rank whose pool process died (killed, interrupted) must not keep holding a GPU."""
-    import threading
-    import time
-
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="kloom-parent-watch", daemon=True).start()
-
-
-def main() -> None:
-    _exit_with_parent()
-    role = os.environ.pop("KLOOM_ROLE", "reference")
-    rank = int(os.environ.pop("KLOOM_RANK"))
-    world_size = int(os.environ.pop("KLOOM_WORLD_SIZE"))
-    device_kind = os.environ.pop("KLOOM_DEVICE_KIND")
-    device_index = int(os.environ.pop("KLOOM_DEVICE_INDEX"))
-    address = os.environ.pop("KLOOM_POOL_SOCKET")
-    authkey = bytes.fromhex(os.environ.pop("KLOOM_POOL_AUTHKEY"))
-    store_path = os.environ.pop("KLOOM_POOL_STORE")
-    # Blocks until the pool accepts (``RankPool.finish``): a rank begun ahead of its use has
-    # imported torch by then and has touched neither the device nor the process group.
-    conn = Client(address, family="AF_UNIX", authkey=authkey)
-    try:
-        if role == "candidate":
-            from .candidate_rank import CandidateRank as cls
-        else:
-            from .reference_rank import ReferenceRank as cls
-        state = cls(rank, world_size, device_kind, device_index, store_path)
-    except BaseException as exc:  # noqa: BLE001
-        send_reply(conn, {"ok": False, "rank": rank, "error": error_payload(exc, "start")})
-        return
-    send_reply(conn, {"ok": True, "rank": rank, "pid": os.getpid(), "environment": state.environment()})
-    try:
-        serve(conn, state)
-    finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
-
-
-if __name__ == "__main__":
-    # Run as the package's module, not as ``__main__``: the roles import this module's classes
-    # (``WorkloadProblem``, ``ResourceLimit``), which must be the ones ``error_payload`` knows.
-    from services.worker.evaluator.rank import main as _main
-
-    _main()

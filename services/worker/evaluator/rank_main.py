@@ -1,0 +1,64 @@
+"""An evaluator rank process's entry point (``python -m services.worker.evaluator.rank_main``):
+it joins its pool and serves the role it was started for (``KLOOM_ROLE``: ``ReferenceRank`` or
+``CandidateRank``) until the pool closes. Apart from ``rank.py``, which both roles build on, so
+that neither imports the other's module from inside a function."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from multiprocessing.connection import Client
+
+import torch.distributed as dist
+
+from .candidate_rank import CandidateRank
+from .protocol import send_reply
+from .rank import error_payload, serve
+from .reference_rank import ReferenceRank
+
+
+def _exit_with_parent() -> None:
+    """A rank whose pool process died (killed, interrupted) must not keep holding a GPU."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="kloom-parent-watch", daemon=True).start()
+
+
+def main() -> None:
+    _exit_with_parent()
+    role = os.environ.pop("KLOOM_ROLE", "reference")
+    rank = int(os.environ.pop("KLOOM_RANK"))
+    world_size = int(os.environ.pop("KLOOM_WORLD_SIZE"))
+    device_kind = os.environ.pop("KLOOM_DEVICE_KIND")
+    device_index = int(os.environ.pop("KLOOM_DEVICE_INDEX"))
+    address = os.environ.pop("KLOOM_POOL_SOCKET")
+    authkey = bytes.fromhex(os.environ.pop("KLOOM_POOL_AUTHKEY"))
+    store_path = os.environ.pop("KLOOM_POOL_STORE")
+    # Blocks until the pool accepts (``RankPool.finish``): a rank begun ahead of its use has
+    # imported torch by then and has touched neither the device nor the process group.
+    conn = Client(address, family="AF_UNIX", authkey=authkey)
+    try:
+        cls = CandidateRank if role == "candidate" else ReferenceRank
+        state = cls(rank, world_size, device_kind, device_index, store_path)
+    except BaseException as exc:  # noqa: BLE001
+        send_reply(conn, {"ok": False, "rank": rank, "error": error_payload(exc, "start")})
+        return
+    send_reply(conn, {"ok": True, "rank": rank, "pid": os.getpid(), "environment": state.environment()})
+    try:
+        serve(conn, state)
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+if __name__ == "__main__":
+    main()
