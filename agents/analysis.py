@@ -10,6 +10,8 @@ from typing import Any
 
 from kloom.evaluation import BaselineResult
 from kloom.opgraph import OpGraph
+from kloom.roofline.model import RooflineRecord, RooflineTerms, estimate
+from kloom.roofline.profiles import detect_profile, load_profile
 
 
 @dataclass
@@ -36,6 +38,9 @@ class Analysis:
     output_shapes: list[Any]
     dominant: str | None = None  # compute | hbm | link, from the roofline
     floor_ms: float | None = None
+    #: Where the roofline comes from: "workload" (its ``roofline()``), "trace" (the traced op
+    #: graph's least traffic and its products' work, on a GPU, where the workload states none), "".
+    floor_from: str = ""
     reference_ms: float | None = None
     roofline_terms: dict[str, Any] = field(default_factory=dict)
     row_split: dict[str, Any] | None = None  # {"args": [...], "rows": N}: row blocks are independent
@@ -77,7 +82,11 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
             sizes[c["op"]] = max(sizes.get(c["op"], 0), int(c["bytes"]))
         for op, n in Counter(c["op"] for c in trace["collectives"]).items():
             calls[op] = max(calls.get(op, 0), n)
-    roofline = baseline.roofline if baseline else None
+    graph = OpGraph.from_dict(first["op_graph"]) if first.get("op_graph") else None
+    if baseline and baseline.roofline:
+        roofline, floor_from = baseline.roofline, "workload"
+    else:  # a step with collectives has link time the graph does not hold
+        roofline, floor_from = (None if sizes else traced_roofline(graph, baseline, device)), "trace"
     dtypes = sorted({d for t in traces for d in t["input_dtypes"] + t["output_dtypes"]})
     return Analysis(
         family=family,
@@ -100,15 +109,40 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
         collective_bytes=max(t["collective_bytes"] for t in traces),
         mutated_inputs=sorted({i for t in traces for i in t["mutated_inputs"]}),
         output_shapes=first["output_shapes"],
-        dominant=roofline.dominant if roofline else None,
+        # A traced floor stops a search at it (the offline planner) but does not steer the
+        # strategies' priors, which were tuned on the workloads' own rooflines.
+        dominant=roofline.dominant if roofline and floor_from == "workload" else None,
         floor_ms=roofline.floor_ms if roofline else None,
+        floor_from=floor_from if roofline else "",
         reference_ms=baseline.reference_ms if baseline else None,
         roofline_terms={k: getattr(roofline, k) for k in ("flops", "hbm_bytes", "link_bytes", "compute_ms", "hbm_ms", "link_ms")} if roofline else {},
         row_split=first.get("row_split"),
         collective_calls=calls,
         bincount_bins=max((t["bincount_bins"] for t in traces if t.get("bincount_bins") is not None), default=None),
-        op_graph=OpGraph.from_dict(first["op_graph"]) if first.get("op_graph") else None,
+        op_graph=graph,
     )
+
+
+#: The roofline's names for the dtypes whose rates a hardware profile gives.
+_RATE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+
+
+def traced_roofline(graph: OpGraph | None, baseline: BaselineResult | None, device: str) -> RooflineRecord | None:
+    """A floor for a workload that states no roofline, from its traced op graph on a GPU (the
+    hardware profile of the baseline's GPU, measured there): the least traffic any
+    implementation moves (``OpGraph.least_traffic``) at the profile's HBM bandwidth, or the
+    products' and convolutions' work at the rate of the outputs' dtype, whichever takes longer.
+    None on the CPU (its profile is a guess) or untraced."""
+    if device != "cuda" or graph is None or not graph.nodes or baseline is None or not baseline.environment.get("gpu"):
+        return None
+    out = [graph.tensors[t].dtype for t in graph.output_ids() if t in graph.tensors]
+    rate = _RATE_NAMES.get(Counter(out).most_common(1)[0][0] if out else "float32", "fp32")
+    terms = RooflineTerms(flops=float(sum(graph.node_flops(n) for n in graph.nodes)), hbm_bytes=float(graph.least_traffic()), dtype=rate)
+    try:
+        profile = load_profile(detect_profile(baseline.environment))
+    except (KeyError, ValueError):
+        return None
+    return estimate(terms, profile, reference_ms=baseline.reference_ms)
 
 
 def untraced_analysis(error: str, *, family: str, world_size: int, device: str, baseline: BaselineResult | None) -> Analysis:

@@ -30,6 +30,10 @@ from typing import Any, Iterator
 
 #: Where a tensor comes from when no operator of the step produced it.
 LEAF_KINDS = ("input", "param", "buffer", "attr", "constant")
+#: Matrix products, whose floating-point work ``OpGraph.node_flops`` counts (beside convolutions).
+PRODUCT_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"})
+DTYPE_BYTES = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
+               "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 #: Operators that only view their input (no arithmetic, no new storage): free in a roofline.
 VIEW_OPS = frozenset({
     "aten::view", "aten::reshape", "aten::t", "aten::transpose", "aten::permute", "aten::expand", "aten::_unsafe_view", "aten::slice",
@@ -152,6 +156,35 @@ class OpGraph:
 
     def leaf(self, tensor: int) -> Leaf | None:
         return next((l for l in self.leaves if l.tensor == tensor), None)
+
+    # What the step costs at the least ------------------------------------------------------------
+    def bytes_of(self, tensors) -> int:
+        """The bytes of the tensors ``tensors`` names (ids the graph does not know count 0)."""
+        return sum(self.tensors[t].numel * DTYPE_BYTES.get(self.tensors[t].dtype, 4) for t in set(tensors) if t in self.tensors)
+
+    def node_flops(self, node: OpNode) -> int:
+        """Floating-point operations of a product or a convolution (0 for any other operator)."""
+        out = self.tensors.get(node.outputs[0]) if node.outputs and node.outputs[0] is not None else None
+        if out is None:
+            return 0
+        args = node.tensor_args()
+        if node.op in PRODUCT_OPS:
+            a = self.tensors[args[-2] if node.op in ("aten::addmm", "aten::baddbmm") else args[0]]
+            return 2 * out.numel * a.shape[-1]
+        if node.op == "aten::convolution":
+            weight = self.tensors[args[1]]
+            groups = node.arg("groups", 1) or 1
+            per_output = weight.shape[0] // groups * math.prod(weight.shape[2:]) if node.arg("transposed") else math.prod(weight.shape[1:])
+            return 2 * out.numel * per_output
+        return 0
+
+    def least_traffic(self) -> int:
+        """Bytes any implementation of the step must move: every leaf an operator reads (inputs,
+        parameters, buffers) once, and the returned tensors once; everything between them could
+        stay on chip."""
+        leaves = {l.tensor for l in self.leaves}
+        read = {t for n in self.nodes for t in n.tensor_args() if t in leaves}
+        return self.bytes_of(read | self.output_ids())
 
     # Serialising ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

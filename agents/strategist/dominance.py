@@ -6,18 +6,15 @@ the step."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from agents.analysis import Analysis
-from kloom.opgraph import VIEW_OPS, OpGraph
+from kloom.opgraph import PRODUCT_OPS, VIEW_OPS, OpGraph
 
 #: The machine the floor assumes (an H100's float32 CUDA-core rate and HBM bandwidth); only the
 #: shares are used, so the absolute rates matter little.
 FLOPS_PER_MS = 60e9
 BYTES_PER_MS = 3e9
-_PRODUCTS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
-_SIZES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -32,29 +29,6 @@ class Dominance:
         return self.products + self.convolutions
 
 
-def _bytes(graph: OpGraph, tensors) -> int:
-    return sum(graph.tensors[t].numel * _SIZES.get(graph.tensors[t].dtype, 4) for t in tensors if t in graph.tensors)
-
-
-def _flops(graph: OpGraph, node) -> int:
-    out = graph.tensors.get(node.outputs[0]) if node.outputs and node.outputs[0] is not None else None
-    if out is None:
-        return 0
-    args = node.tensor_args()
-    if node.op in _PRODUCTS:
-        a = graph.tensors[args[-2] if node.op in ("aten::addmm", "aten::baddbmm") else args[0]]
-        return 2 * out.numel * a.shape[-1]
-    if node.op == "aten::convolution":
-        weight = graph.tensors[args[1]]
-        groups = node.arg("groups", 1) or 1
-        if node.arg("transposed"):
-            per_output = weight.shape[0] // groups * math.prod(weight.shape[2:])
-        else:
-            per_output = math.prod(weight.shape[1:])
-        return 2 * out.numel * per_output
-    return 0
-
-
 def dominance(graph: OpGraph | None) -> Dominance:
     """The shares of the step's roofline time in products and convolutions (0, 0 untraced)."""
     if graph is None or not graph.nodes:
@@ -63,9 +37,9 @@ def dominance(graph: OpGraph | None) -> Dominance:
     for node in graph.nodes:
         if node.op in VIEW_OPS:
             continue  # a view moves no data
-        moved = _bytes(graph, set(node.tensor_args()) | {t for t in node.outputs if t is not None})
-        ms = max(_flops(graph, node) / FLOPS_PER_MS, moved / BYTES_PER_MS)
-        kind = "product" if node.op in _PRODUCTS else "conv" if node.op == "aten::convolution" else "other"
+        moved = graph.bytes_of(set(node.tensor_args()) | {t for t in node.outputs if t is not None})
+        ms = max(graph.node_flops(node) / FLOPS_PER_MS, moved / BYTES_PER_MS)
+        kind = "product" if node.op in PRODUCT_OPS else "conv" if node.op == "aten::convolution" else "other"
         times[kind] += ms
     total = sum(times.values()) or 1.0
     return Dominance(times["product"] / total, times["conv"] / total)

@@ -94,6 +94,25 @@ def _tier(option: Option, evidence: dict[str, StrategyHint]) -> tuple[int, float
     return _LOSES, speedup or 0.0
 
 
+#: A reference at this share of its roofline floor (or nearer) leaves nothing worth a search.
+AT_FLOOR = 0.9
+
+
+def _at_floor(analysis: Analysis) -> str:
+    """Why no kernel can be much faster than the reference (on a GPU, whose hardware profile
+    was measured), or ""."""
+    if analysis.device != "cuda" or not analysis.floor_ms or not analysis.reference_ms:
+        return ""
+    share = analysis.floor_ms / analysis.reference_ms
+    if share < AT_FLOOR:
+        return ""
+    terms = analysis.roofline_terms
+    bound = analysis.dominant or ("hbm" if (terms.get("hbm_ms") or 0) >= (terms.get("compute_ms") or 0) else "compute")
+    return (f"the reference already runs at {100 * share:.0f}% of its roofline floor ({bound}-bound: "
+            f"{analysis.floor_ms:.3g} of its {analysis.reference_ms:.3g} ms, from the {analysis.floor_from or 'workload'}'s "
+            "figures): no kernel can be much faster")
+
+
 class OfflinePlanner:
     #: Why the last ``plan`` call found nothing to try, when it was the knowledge base's doing.
     done_reason = ""
@@ -108,6 +127,11 @@ class OfflinePlanner:
         reuse = self._kb_reuse(ctx, tried, evaluated)
         if reuse is not None:
             return reuse, Usage()
+        at_floor = _at_floor(analysis)
+        if at_floor and ctx.best is not None:
+            # One correct candidate says the workload runs; the floor says none can gain more.
+            self.done_reason = at_floor
+            return None, Usage()
         remaining = ctx.budget.limits.max_iters - ctx.budget.steps_done
         # A best slower than the reference is no better than the reference itself.
         has_correct = ctx.best is not None and (ctx.best.speedup or 0.0) >= 1.0

@@ -1,0 +1,86 @@
+"""The floor of a workload that states no roofline, from its traced op graph (what KernelBench's
+problems are), and the offline planner stopping where the reference already runs at it: one
+correct candidate, then the job says why it stops instead of spending its other steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.analysis import build_analysis
+from agents.limits import Budget
+from agents.records import JobSpec, Limits, Plan, Step
+from agents.roles import PlanningContext
+from agents.strategist.offline import OfflinePlanner
+from kloom.evaluation import BaselineResult, EvalResult, TimeStats, TimingRecord
+from services.worker.evaluator.tracing import trace_call
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3"}
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    # Planning for a GPU imports the kernel library, and Triton chooses at its first import
+    # between compiling and interpreting: on the CPU, interpreting (as kernels/conftest.py does).
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+N = 1 << 20
+
+
+class Relu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+class MatmulTanh(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.tanh(a @ b)
+
+
+def _analysis(model, inputs, reference_ms: float, device: str = "cuda"):
+    trace = trace_call(model, inputs)
+    trace.update(input_shapes=[list(x.shape) for x in inputs], input_dtypes=[str(x.dtype).replace("torch.", "") for x in inputs],
+                 input_bytes=sum(x.numel() * x.element_size() for x in inputs), param_bytes=0, mutated_inputs=[], roofline=None)
+    baseline = BaselineResult(status="correct", workload="w.py", world_size=1, device=device, reference_ms=reference_ms,
+                              environment=dict(H100) if device == "cuda" else {})
+    return build_analysis([trace], family="single_gpu", world_size=1, device=device, baseline=baseline)
+
+
+def test_the_least_traffic_and_the_products_work_of_a_traced_step():
+    relu = _analysis(Relu(), [torch.randn(N)], 1.0)
+    assert relu.op_graph.least_traffic() == 2 * 4 * N  # read once, written once
+    assert relu.floor_from == "trace" and relu.dominant is None  # a traced floor steers no priors
+    assert relu.roofline_terms["hbm_ms"] > relu.roofline_terms["compute_ms"] == 0
+    assert relu.floor_ms == pytest.approx(2 * 4 * N / 3000e9 * 1e3)  # the H100 profile's measured HBM figure
+    gemm = _analysis(MatmulTanh(), [torch.randn(256, 128), torch.randn(128, 64)], 1.0)
+    assert sum(gemm.op_graph.node_flops(n) for n in gemm.op_graph.nodes) == 2 * 256 * 128 * 64
+    assert gemm.op_graph.least_traffic() == 4 * (256 * 128 + 128 * 64 + 256 * 64)  # the product's result stays on chip
+    assert gemm.roofline_terms["flops"] == 2 * 256 * 128 * 64
+    # On the CPU the profile is a guess: no floor.
+    assert _analysis(Relu(), [torch.randn(N)], 1.0, device="cpu").floor_ms is None
+
+
+def _ctx(analysis, steps: list[Step]) -> PlanningContext:
+    spec = JobSpec(workload="w.py", world_size=1, device="cuda", limits=Limits(max_iters=4), use_kb=False, profile="none")
+    return PlanningContext(spec=spec, workload_source="", workload_name="w", analysis=analysis, baseline=None, history=steps,
+                           budget=Budget(spec.limits, steps_done=len(steps)))
+
+
+def _correct_step(speedup: float) -> Step:
+    times = [TimeStats(median_ms=1.0, mean_ms=1.0, min_ms=1.0, max_ms=1.0, p10_ms=1.0, p90_ms=1.0, stdev_ms=0.0, iters=10)]
+    timing = TimingRecord(reference=times, candidate=times, reference_ms=speedup, candidate_ms=1.0, speedup=speedup)
+    evaluation = EvalResult(status="correct", workload="w.py", world_size=1, device="cuda", correct=True, compiled=True, timing=timing)
+    return Step(index=0, plan=Plan(strategy="cuda_graph"), status="correct", evaluation=evaluation)
+
+
+def test_a_reference_at_its_floor_stops_the_search_after_one_correct_candidate():
+    floor = 2 * 4 * N / 3000e9 * 1e3
+    at_floor = _analysis(Relu(), [torch.randn(N)], floor / 0.97)
+    planner = OfflinePlanner()
+    first, _ = planner.plan(_ctx(at_floor, []))
+    assert first is not None  # one candidate runs: the job needs a correct kernel to stand on
+    plan, _ = planner.plan(_ctx(at_floor, [_correct_step(0.99)]))
+    assert plan is None and "97% of its roofline floor" in planner.done_reason and "hbm-bound" in planner.done_reason
+    # Three times its floor: the search goes on.
+    slow = _analysis(Relu(), [torch.randn(N)], 3 * floor)
+    assert planner.plan(_ctx(slow, [_correct_step(0.99)]))[0] is not None
