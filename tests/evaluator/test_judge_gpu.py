@@ -53,6 +53,16 @@ def test_attack_fails_on_a_gpu(gpu, name, status, text):
     assert result.status == status and text in message, message
 
 
+def test_work_left_running_on_the_gpu_while_the_reference_is_timed_is_caught(gpu):
+    """The candidate's processes are stopped while the reference is timed, but kernels it queued
+    run on; the reference's ranks probe the GPU around their blocks and find it busy."""
+    result = gpu.evaluate(LINEAR, ADVERSARIAL / "leaves_gpu_work_running.py", world_size=1)
+    message = "\n".join([result.summary(), result.error.message if result.error else ""] + result.flags)
+    assert result.status == "rejected" and "was not the reference's" in message, message
+    honest = gpu.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1)
+    assert honest.correct and not any("gpu_work_left_running" in f for f in honest.flags), honest.summary()
+
+
 def test_the_memory_limit_holds_on_the_device():
     with Evaluator("cuda", _settings(device_memory_limit_bytes=512 * MiB), devices=[0]) as ev:
         fits = ev.evaluate(BIG, candidate_source=HONEST_BIG, world_size=1)

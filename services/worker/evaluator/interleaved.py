@@ -59,6 +59,7 @@ class Timing:
         self.flag = flag  # str -> None: a flag on the result
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
+        self.flagged: set[str] = set()
 
     def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0,
             output_bytes: int = 0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
@@ -141,6 +142,8 @@ class Timing:
             args["projection_seed"] = projection_seed
             if side.role == "reference":
                 args["tolerance"] = self.tolerance
+        if side.role == "reference" and side.device == "cuda":
+            args["quiet"] = {"threshold_ms": self.s.gpu_quiet_probe_ms, "patience_s": self.s.gpu_quiet_patience_s}
         before = other.stop()
         started = time.perf_counter()
         replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
@@ -155,11 +158,35 @@ class Timing:
             status = "workload_error" if side.role == "reference" else "runtime_error"
             raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
                                          traceback=err.get("traceback", "")))
+        if side.role == "reference":
+            self._check_quiet(replies)
         times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
         projections = self._projections(side.role, replies) if projection_seed is not None else None
         return Block(times, wall_ms, projections)
+
+    def _check_quiet(self, replies: Replies) -> None:
+        """What the reference's ranks saw of the GPU around their block, the candidate's
+        processes stopped and their own work drained: work still running there is what the
+        candidate queued before the stop (it would slow the reference's calls). Work that drained
+        within the patience is flagged; work that did not, or that ran after the block, rejects."""
+        for rank, rep in sorted(replies.by_rank.items()):
+            quiet = rep.get("quiet")
+            if not quiet:
+                continue
+            before, after = quiet["before"], quiet["after"]
+            if before["busy"] or after["busy"]:
+                when = "before" if before["busy"] else "after"
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the GPU ran work that was not the reference's {when} the reference's timed block, with the "
+                    f"candidate's processes stopped (a one-element kernel took {max(before['probe_ms'], after['probe_ms']):.3g} ms "
+                    f"to return, against under {self.s.gpu_quiet_probe_ms} ms on a quiet GPU; waited {before['waited_s']:.2f} s): "
+                    "work the candidate left running would slow the reference's calls")))
+            if before["waited_s"] > 0.05 and "gpu_work_left_running" not in self.flagged:
+                self.flagged.add("gpu_work_left_running")
+                self.flag(f"gpu_work_left_running: rank {rank}: the reference waited {before['waited_s']:.2f} s for work that "
+                          "was not its own to drain before its block")
 
     def _projections(self, role: str, replies: Replies) -> dict[int, Projections]:
         """Each rank's numbers from a block's replies: malformed ones from the candidate are

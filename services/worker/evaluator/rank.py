@@ -26,6 +26,7 @@ import torch.distributed as dist
 from . import precision
 from . import tensors as T
 from .compare import tolerance_from_names
+from .gpu_quiet import QuietProbe
 from .projection import Projector, warm
 from .protocol import pack, recv_command, send_packed
 from .timing import Timer
@@ -191,7 +192,7 @@ class RankBase:
         self.timed = TimedCall(model, inputs, restore_inputs if pristine else None, draw)
 
     def cmd_time_block(self, iters: int, warm: int, flush_bytes: int, seed: int | None = None, keep: bool = False,
-                       projection_seed: int | None = None, tolerance: dict | None = None) -> dict:
+                       projection_seed: int | None = None, tolerance: dict | None = None, quiet: dict | None = None) -> dict:
         """``warm`` untimed calls, then ``iters`` timed ones (ms each); the device is drained
         before the reply, so nothing of this side runs on while the other is timed.
 
@@ -204,7 +205,9 @@ class RankBase:
         tolerances for the bounds), and the numbers go back once, with the times. With ``keep``,
         the block's last outputs stay in this process (``keep_outputs``), outside the judge's
         timed span: the reference compares the candidate's with them, and the candidate hands
-        them over by a separate command."""
+        them over by a separate command. With ``quiet`` (``threshold_ms``, ``patience_s``; on a
+        GPU), the rank waits for the GPU to run nothing else before the block and probes again
+        after it (``gpu_quiet.py``); the reply says what it saw."""
         timed = self.timed
         if timed is None:
             raise RuntimeError("no timing inputs")
@@ -215,6 +218,8 @@ class RankBase:
             projector = Projector(int(projection_seed), self.device, table)
         if keep:
             self.keep_outputs(None, "")
+        probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None
+        before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
         total = int(warm) + int(iters)
         times = []
         timed.hold = projector is not None
@@ -233,6 +238,8 @@ class RankBase:
             timed.inputs = None  # every call of a block with a seed draws its own: none is held between blocks
         self.sync()
         reply: dict[str, Any] = {"times": times}
+        if probe is not None:
+            reply["quiet"] = {"before": before.to_dict(), "after": probe.check(float(quiet["threshold_ms"])).to_dict()}
         if projector is not None:
             reply.update(projector.finish().reply(bounds=tolerance is not None))
         if keep and timed.kept is not None:

@@ -47,6 +47,13 @@ class EvalSettings:
     hang_factor: float = 20.0
     hang_s_per_gib: float = 4.0
     stall_s: float = 10.0
+    #: On a GPU, the reference's ranks probe it around each timed block (``gpu_quiet.py``): a
+    #: one-element kernel's median round trip above gpu_quiet_probe_ms means another process's
+    #: work runs there (with the candidate's stopped: work it left running). Before a block they
+    #: wait up to gpu_quiet_patience_s for it to drain; busy after that, or after the block, the
+    #: candidate is rejected.
+    gpu_quiet_probe_ms: float = 0.25
+    gpu_quiet_patience_s: float = 2.0
     #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
     #: other side's processes stopped while one is timed).
     timing_rounds: int = 8
