@@ -55,10 +55,16 @@ def test_attack_fails_on_a_gpu(gpu, name, status, text):
 
 def test_work_left_running_on_the_gpu_while_the_reference_is_timed_is_caught(gpu):
     """The candidate's processes are stopped while the reference is timed, but kernels it queued
-    run on; the reference's ranks probe the GPU around their blocks and find it busy."""
-    result = gpu.evaluate(LINEAR, ADVERSARIAL / "leaves_gpu_work_running.py", world_size=1)
-    message = "\n".join([result.summary(), result.error.message if result.error else ""] + result.flags)
-    assert result.status == "rejected" and "was not the reference's" in message, message
+    run on; the reference's ranks probe the GPU before their blocks and wait for it to go quiet:
+    work that outlasts the wait rejects the candidate, work that drains is waited out (flagged,
+    and the speedup stays what the candidate earns), and an honest candidate is not flagged."""
+    running = gpu.evaluate(LINEAR, ADVERSARIAL / "leaves_gpu_work_running.py", world_size=1)
+    message = "\n".join([running.summary(), running.error.message if running.error else ""] + running.flags)
+    assert running.status == "rejected" and "was not the reference's" in message, message
+    draining = gpu.evaluate(LINEAR, ADVERSARIAL / "leaves_gpu_work_draining.py", world_size=1)
+    assert draining.status in ("correct", "rejected"), draining.summary()
+    if draining.correct:
+        assert any(f.startswith("gpu_work_left_running") for f in draining.flags) and draining.speedup < 1.5, draining.summary()
     honest = gpu.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1)
     assert honest.correct and not any("gpu_work_left_running" in f for f in honest.flags), honest.summary()
 
