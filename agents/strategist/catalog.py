@@ -13,7 +13,7 @@ from .attention.option import options as attention_options
 from .bincount.option import options as bincount_options
 from .coalesce.option import options as coalesce_options
 from .depthwise.option import options as depthwise_options
-from .dominance import launch_bound, overlap_share
+from .dominance import graph_costs_more, launch_bound, overlap_share
 from .fused_matmul.option import options as fused_matmul_options
 from .gather.option import options as gather_options
 from .options import Option, option_key
@@ -37,7 +37,7 @@ def _reference_copy(a: Analysis) -> list[Option]:
 
 
 def _cuda_graph(a: Analysis) -> list[Option]:
-    if not a.graph_capturable:
+    if not a.graph_capturable or graph_costs_more(a):
         return []
     lb = launch_bound(a)
     return [
@@ -67,7 +67,7 @@ def _torch_compile(a: Analysis) -> list[Option]:
             )
         )
     if a.device == "cuda":
-        if fusable and a.graph_capturable:
+        if fusable and a.graph_capturable and not graph_costs_more(a):
             out.append(
                 Option(
                     "compile_cuda_graph",

@@ -53,9 +53,22 @@ def overlap_share(a: Analysis) -> float:
     return min(link, work) / total if total > 0 else 0.0
 
 
+LAUNCH_MS = 0.008  # ~8 us of host work per eager kernel launch
+
+
 def launch_bound(a: Analysis) -> float:
     """How much of the reference's time is likely host launch overhead (0..1)."""
     if not a.reference_ms:
         return 0.5
-    launch_ms = 0.008 * max(a.n_kernels, 1)  # ~8 us of host work per eager kernel launch
-    return min(1.0, launch_ms / a.reference_ms)
+    return min(1.0, LAUNCH_MS * max(a.n_kernels, 1) / a.reference_ms)
+
+
+def graph_costs_more(a: Analysis) -> bool:
+    """Whether a CUDA graph's copies cost more than the launches it saves: a replay reuses its
+    input buffers, so each call copies its inputs in and its outputs out (read and written
+    once each), against ~8 us per kernel launched. On KernelBench's 6 GiB elementwise problems
+    a graph ran at half the reference's speed."""
+    if a.op_graph is None:
+        return False
+    moved = 2 * (a.total_input_bytes + a.op_graph.bytes_of(a.op_graph.output_ids()))
+    return moved / BYTES_PER_MS > LAUNCH_MS * max(a.n_kernels, 1)
