@@ -123,10 +123,6 @@ def build_analysis(traces: list[dict], *, family: str, world_size: int, device: 
     )
 
 
-#: The roofline's names for the dtypes whose rates a hardware profile gives.
-_RATE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
-
-
 def traced_roofline(graph: OpGraph | None, baseline: BaselineResult | None, device: str) -> RooflineRecord | None:
     """A floor for a workload that states no roofline, from its traced op graph on a GPU (the
     hardware profile of the baseline's GPU, measured there): the least traffic any
@@ -136,8 +132,8 @@ def traced_roofline(graph: OpGraph | None, baseline: BaselineResult | None, devi
     if device != "cuda" or graph is None or not graph.nodes or baseline is None or not baseline.environment.get("gpu"):
         return None
     out = [graph.tensors[t].dtype for t in graph.output_ids() if t in graph.tensors]
-    rate = _RATE_NAMES.get(Counter(out).most_common(1)[0][0] if out else "float32", "fp32")
-    terms = RooflineTerms(flops=float(sum(graph.node_flops(n) for n in graph.nodes)), hbm_bytes=float(graph.least_traffic()), dtype=rate)
+    dtype = Counter(out).most_common(1)[0][0] if out else "float32"  # the profile's rate() knows torch's names
+    terms = RooflineTerms(flops=float(sum(graph.node_flops(n) for n in graph.nodes)), hbm_bytes=float(graph.least_traffic()), dtype=dtype)
     try:
         profile = load_profile(detect_profile(baseline.environment))
     except (KeyError, ValueError):

@@ -82,7 +82,8 @@ def select(root: str | Path | None, world_size: int, names: list[str] | tuple[st
     found, problems = discover(root)
     wanted = list(dict.fromkeys(names or ()))
     known = {w.name for w in found}
-    considered = [w for w in found if not wanted or w.name in set(wanted)]
+    named = set(wanted)
+    considered = [w for w in found if not named or w.name in named]
     return Selection(
         chosen=[w for w in considered if world_size in w.world_sizes],
         unknown=[n for n in wanted if n not in known],

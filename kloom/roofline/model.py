@@ -26,6 +26,8 @@ _DTYPE_ALIASES = {
     "torch.float64": "fp64",
     "float8_e4m3fn": "fp8",
     "torch.float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "torch.float8_e5m2": "fp8",
 }
 
 

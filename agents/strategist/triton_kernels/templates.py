@@ -36,11 +36,10 @@ plan side, and checked again by the kernel's launcher at run time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from kloom.opgraph import OpGraph, OpNode, TensorInfo
+from kloom.opgraph import DTYPE_BYTES, OpGraph, OpNode, TensorInfo
 
 
 class Namer(Protocol):
@@ -206,5 +205,4 @@ def ordered(names: list[str] | None = None) -> list[Template]:
 
 def nbytes(info: TensorInfo) -> int:
     """The bytes of one tensor value."""
-    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2, "bool": 1, "int8": 1, "uint8": 1}
-    return math.prod(info.shape) * size.get(info.dtype, 4)
+    return info.numel * DTYPE_BYTES.get(info.dtype, 4)
