@@ -1,18 +1,21 @@
-"""How far the evaluator's speedup of a candidate that *is* the reference strays from 1.0x, with
-the two timing protocols side by side in one run: the candidate timed alone after the reference
-(``separate``, the protocol before interleaving) and the two timed call by call in alternating
-order (``interleaved``, the default). Rounds alternate the protocols, so a slow spell of the
-machine falls on both.
+"""How far the evaluator's speedup of a candidate that *is* the reference strays from 1.0x, for
+variants of the evaluator's settings side by side in one run: rounds alternate the variants (in
+turned order every other round), so a slow spell of the machine falls on all of them. Every
+evaluation starts fresh candidate processes, as a job's candidates do, so the spread includes
+what differs from one process to the next (where the scheduler puts it, for one).
 
     python benchmarks/timing_noise.py --workload vocab_parallel_cross_entropy --world-size 2 \\
-        --rounds 12 --out benchmarks/results/timing_noise_cpu.md
+        --rounds 12 --variants pinned,unpinned --out benchmarks/results/timing_noise_cpu.md
 
-``--device cuda`` does the same on GPUs (``gpu`` shapes).
+Variants: ``pinned`` and ``unpinned`` (``EvalSettings.pin_cpus``: both sides' rank r on the same
+CPUs, or wherever the scheduler puts them). ``--device cuda`` does the same on GPUs (``gpu``
+shapes); a KernelBench-format file works as ``--workload``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -29,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kloom.suite import find  # noqa: E402
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
 
-PROTOCOLS = {"separate": False, "interleaved": True}
+#: Each variant's settings, over the defaults.
+VARIANTS = {"pinned": {"pin_cpus": True}, "unpinned": {"pin_cpus": False}}
 #: Other statistics of the same samples, for comparison with the median the evaluator uses.
 LOW_STATS = ("p10_ms", "min_ms")
 
@@ -58,22 +62,30 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--variants", default="pinned,unpinned", help=f"Comma-separated, of: {', '.join(VARIANTS)}.")
     parser.add_argument("--shapes", default=None, help="Shape profile (default: ci on cpu, gpu on cuda).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     workload = Path(args.workload) if args.workload.endswith(".py") else Path(find(args.workload).path)
     code = reference_copy(workload)
     started = time.monotonic()
-    results: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
-    low: dict[str, dict[str, list[float]]] = {name: {stat: [] for stat in LOW_STATS} for name in PROTOCOLS}
-    evaluators = {name: Evaluator(args.device, EvalSettings.from_env(args.device)) for name in PROTOCOLS}
-    for name, interleaved in PROTOCOLS.items():
-        evaluators[name].settings.interleave_timing = interleaved
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    results: dict[str, list[float]] = {name: [] for name in variants}
+    low: dict[str, dict[str, list[float]]] = {name: {stat: [] for stat in LOW_STATS} for name in variants}
+    evaluators = {}
+    for name in variants:
+        settings = EvalSettings.from_env(args.device)
+        for field, value in VARIANTS[name].items():
+            setattr(settings, field, value)
         if args.shapes:
-            evaluators[name].settings.shapes = args.shapes
+            settings.shapes = args.shapes
+        evaluators[name] = Evaluator(args.device, settings)
     try:
         for r in range(args.rounds):
-            order = list(PROTOCOLS) if r % 2 == 0 else list(reversed(PROTOCOLS))
+            order = variants if r % 2 == 0 else list(reversed(variants))
             for name in order:
                 result = evaluators[name].evaluate(workload, candidate_source=code, world_size=args.world_size)
                 if not result.correct:
@@ -83,6 +95,10 @@ def main() -> None:
                 for stat in LOW_STATS:
                     low[name][stat].append(max(getattr(x, stat) for x in t.reference) / max(getattr(x, stat) for x in t.candidate))
                 print(f"round {r + 1:2d} {name:<11} {t.speedup:.3f}x", flush=True)
+            if args.out:  # what is measured so far survives a call that runs out of time
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                with args.out.with_suffix(".jsonl").open("a") as sink:
+                    sink.write(json.dumps({"round": r + 1, **{n: v[-1] for n, v in results.items()}}) + "\n")
     finally:
         for ev in evaluators.values():
             ev.close()
@@ -91,9 +107,9 @@ def main() -> None:
         f"# Timing noise: the reference measured against itself ({workload.stem}, world size {args.world_size}, {args.device})",
         "",
         f"Command: `{command}` ({(time.monotonic() - started) / 60:.1f} min). Each row: {args.rounds} evaluations of a "
-        "candidate that is the reference itself (true speedup 1.0x), the two protocols alternating round by round.",
+        "candidate that is the reference itself (true speedup 1.0x), the variants alternating round by round.",
         "",
-        "| protocol | min | median | max | typical error of one evaluation | within 5% of 1.0x |",
+        "| variant | min | median | max | typical error of one evaluation | within 5% of 1.0x |",
         "|---|---|---|---|---|---|",
     ]
     for name, speedups in results.items():
@@ -106,10 +122,10 @@ def main() -> None:
         "",
         "The same evaluations with the speedup taken from other statistics of the samples (the evaluator uses the median):",
         "",
-        "| protocol | statistic | min | median | max | typical error | within 5% |",
+        "| variant | statistic | min | median | max | typical error | within 5% |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in PROTOCOLS:
+    for name in variants:
         for stat in LOW_STATS:
             s = summary(low[name][stat])
             lines.append(

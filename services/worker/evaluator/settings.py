@@ -101,6 +101,11 @@ class EvalSettings:
     #: Processes and threads per rank; a pool may have world_size times this, held by its pids
     #: cgroup (as root) or RLIMIT_NPROC (unprivileged; counts all the user's processes).
     rank_processes: int = 512
+    #: Rank r of either side runs on the r-th of world_size equal shares of this process's CPUs
+    #: (``pool.rank_cpus``). The two sides take turns (the other is stopped), so each of them is
+    #: timed on the same cores: a fresh candidate process left to the scheduler read up to 15%
+    #: faster or slower than the reference on launch-bound steps on an H100 host.
+    pin_cpus: bool = True
     #: The user ranks run as when this process is root ("": the caller's; the service uses
     #: ``sandbox.SERVICE_RANK_USER``). Workload files must be readable by it.
     rank_user: str = ""
