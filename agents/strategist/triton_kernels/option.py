@@ -15,6 +15,7 @@ from agents.analysis import Analysis
 from kloom.opgraph import VIEW_OPS
 
 from ..codegen import NotApplicable
+from ..dominance import LAUNCH_MS
 from ..embed import EmbedError
 from .emit import NotReplayable, replay_problem
 from .plan import KernelPlan, find_matches, kernel_candidate, measured_kinds
@@ -30,6 +31,13 @@ KERNEL_WRAPPERS = (PLAIN, COMPILED)
 #: evaluator decides). On the H100, elementwise chains (1.07x) and reductions (1.03x) were not:
 #: after a convolution they cost inductor's channels-last layout (results/gpu/h100-kernels).
 HYBRID_MARGIN = 1.1
+#: Host time per call of the plain replay (a ``torch.ops.aten`` call or a kernel launched from
+#: Python; views too). On an H100 three small networks replayed at 0.40-0.45x of eager
+#: (``results/gpu/h100-judge-r5``, whole networks): about 2.4 times eager's time per launch.
+REPLAY_CALL_MS = 0.019
+#: Where the predicted speedup is below 1 (the replay's host time outlasts the reference), the
+#: offer goes behind the compiled and graph-captured options, which launch from C++ or a graph.
+BEHIND = 0.1
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,32 @@ def _unclaimed_compute(plan: KernelPlan, a: Analysis) -> int:
     return sum(1 for n in a.op_graph.nodes if n.index not in claimed and n.op not in VIEW_OPS)
 
 
+def predicted_speedup(plan: KernelPlan, a: Analysis, wrapper: str) -> float | None:
+    """The candidate's speedup over the reference on a GPU (None without a measured reference):
+    the reference's time less what the regions save, or the candidate's host time where that is
+    longer, a launch-bound step. The plain replay makes one Python call per operator left and per
+    region; the compiled one launches, at eager's rate, a kernel per region and per operator left
+    with compute (none fused: a bound, not a forecast)."""
+    if a.device != "cuda" or not a.reference_ms:
+        return None
+    claimed = {i for m in plan.matches for i in m.nodes}
+    if wrapper == PLAIN:
+        host_ms = (sum(1 for n in a.op_graph.nodes if n.index not in claimed) + len(plan.matches)) * REPLAY_CALL_MS
+    else:
+        host_ms = (_unclaimed_compute(plan, a) + len(plan.matches)) * LAUNCH_MS
+    return a.reference_ms / max(a.reference_ms - plan.saved_ms, host_ms, 1e-9)
+
+
+def _placed(offer: KernelOffer, plan: KernelPlan, a: Analysis) -> KernelOffer:
+    """The offer behind the others where its host time alone outlasts the reference."""
+    predicted = predicted_speedup(plan, a, offer.params["wrapper"])
+    if predicted is None or predicted >= 1.0:
+        return offer
+    why = (f"; tried late: launched from Python its host time alone outlasts the reference's {a.reference_ms:.3g} ms "
+           f"(predicted {predicted:.2f}x on this launch-bound step)")
+    return KernelOffer(offer.params, BEHIND * (1 + predicted), offer.rationale + why)
+
+
 def kernel_offers(a: Analysis) -> list[KernelOffer]:
     """The kernel candidates for this structure, if any template matches the traced graph: the
     plain replay, and the replay compiled by inductor around the kernels where operators outside
@@ -87,7 +121,9 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
         )
         # Above the plain replay where inductor has something to fuse: a replay runs those
         # operators one by one, with Python's dispatch between them.
-        offers.append(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"}, score + 0.02 * min(rest, 10), why))
+        offers.append(_placed(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"},
+                                          score + 0.02 * min(rest, 10), why), hybrid, a))
+    offers[0] = _placed(offers[0], plan, a)
     return offers
 
 

@@ -50,6 +50,25 @@ def test_the_catalog_ranks_it_beside_torch_compile(interpret):
     assert names.index(STRATEGY) < names.index("torch_compile"), "unmeasured kernels go first; the evaluator decides"
 
 
+def test_a_replay_whose_host_time_outlasts_a_launch_bound_reference_goes_behind_compile_and_graphs(interpret):
+    a = _analysis("norms_and_scans", device="cuda")
+    assert a.graph_capturable
+    calls = len(a.op_graph.nodes)
+    a.reference_ms = 100.0  # far from launch-bound: the kernels' prior stands
+    names = [o.strategy for o in options_for(a)]
+    assert names.index(STRATEGY) < names.index("torch_compile")
+    a.reference_ms = calls * 0.008  # each operator one eager launch: the replay's Python calls cost more
+    options = options_for(a)
+    plain = next(i for i, o in enumerate(options) if o.strategy == STRATEGY and o.params["wrapper"] == "kernels")
+    rank = {o.strategy: i for i, o in reversed(list(enumerate(options)))}
+    assert rank["torch_compile"] < plain and rank["compile_cuda_graph"] < plain and rank["cuda_graph"] < plain
+    assert plain < rank["reference_copy"]
+    assert "predicted 0." in options[plain].rationale and "launch-bound" in options[plain].rationale
+    a.device = "cpu"  # the interpreter's host time is no GPU's: no prediction there
+    names = [o.strategy for o in options_for(a)]
+    assert names.index(STRATEGY) < names.index("torch_compile")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_candidates_are_correct_under_the_real_evaluator(interpreted_evaluator, interpret, tmp_path, monkeypatch, name):
