@@ -15,7 +15,7 @@ log="$OUT/launch_bound.log"
 timeout 120 python3 benchmarks/gpu/replay_overhead.py --out "$OUT/replay.jsonl" >> "$log" 2>&1
 echo "exit $? (replay_overhead)" >> "$log"
 for m in residual_cnn transformer_encoder separable_shuffle; do
-  timeout 60 python3 benchmarks/gpu/process_spread.py "tests/importers/fixtures/whole_models/$m.py" --processes 3 >> "$log" 2>&1
+  timeout 60 python3 benchmarks/gpu/process_spread.py "tests/importers/fixtures/whole_models/$m.py" --processes 3 --placements scheduler,cpus=0-7 >> "$log" 2>&1
 done
 for m in residual_cnn transformer_encoder; do
   timeout 130 python3 benchmarks/timing_noise.py --device cuda --world-size 1 --rounds "$rounds" --variants pinned,unpinned \

@@ -2,12 +2,14 @@
 each process left to the scheduler and with each pinned to the same CPUs: the spread that a
 judge comparing a long-lived reference process with fresh candidate processes inherits.
 
-    python3 benchmarks/gpu/process_spread.py MODEL.py [--processes 6] [--cpus 0-7]
+    python3 benchmarks/gpu/process_spread.py MODEL.py [--processes 6] [--placements scheduler,cpus=0-7]
 
 Each process builds the model (KernelBench format: Model, get_inputs, get_init_inputs) on the
 GPU, warms up, and times 300 calls (CUDA events around call and synchronize, as the judge's
 ranks do), printing the median; the summary gives the spread of the medians per placement.
-Placements alternate process by process.
+Placements: ``scheduler`` (as started), ``cpus=LIST`` (taskset's CPU list), ``hashseed`` (the
+scheduler's placement with PYTHONHASHSEED=0). They take turns process by process, in turned
+order every other time, so a drift of the machine falls on all of them.
 """
 
 from __future__ import annotations
@@ -52,19 +54,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--processes", type=int, default=6)
-    parser.add_argument("--cpus", default="0-7", help="The CPUs the pinned processes run on (taskset's list).")
+    parser.add_argument("--placements", default="scheduler,cpus=0-7")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps({"median_ms": one_process(args.model)}))
         return
-    medians: dict[str, list[float]] = {"scheduler": [], "pinned": []}
+    placements = [p.strip() for p in args.placements.split(",") if p.strip()]
+    medians: dict[str, list[float]] = {p: [] for p in placements}
     for i in range(args.processes):
-        for placement in (("scheduler", "pinned") if i % 2 == 0 else ("pinned", "scheduler")):
+        for placement in (placements if i % 2 == 0 else list(reversed(placements))):
             argv = [sys.executable, __file__, args.model, "--child"]
-            if placement == "pinned":
-                argv = ["taskset", "-c", args.cpus] + argv
-            out = subprocess.run(argv, capture_output=True, text=True, check=True, env=os.environ)
+            env = dict(os.environ)
+            if placement.startswith("cpus="):
+                argv = ["taskset", "-c", placement.split("=", 1)[1]] + argv
+            elif placement == "hashseed":
+                env["PYTHONHASHSEED"] = "0"
+            elif placement != "scheduler":
+                parser.error(f"unknown placement {placement!r}")
+            out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
             medians[placement].append(json.loads(out.stdout.strip().splitlines()[-1])["median_ms"])
             print(f"{os.path.basename(args.model)} process {i + 1} {placement:<9} {medians[placement][-1]:.4f} ms", flush=True)
     for placement, values in medians.items():

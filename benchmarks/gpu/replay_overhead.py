@@ -17,6 +17,7 @@ import importlib.util
 import json
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -36,12 +37,15 @@ MODELS = ROOT / "tests/importers/fixtures/whole_models"
 
 
 def _load(path: Path, source: str, name: str):
+    """The module of ``source``, from a file of its own (Triton reads a kernel's source from its
+    file, as the evaluator's ranks load candidates)."""
     name = f"kloom_replay_{path.stem}_{name}"
-    spec = importlib.util.spec_from_loader(name, loader=None)
+    file = Path(tempfile.mkdtemp(prefix="kloom-replay-")) / f"{name}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
     sys.modules[name] = module  # the compiled variant registers its regions as operators of this module
-    exec(compile(source, str(path), "exec"), module.__dict__)
+    spec.loader.exec_module(module)
     return module
 
 
