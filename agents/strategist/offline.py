@@ -29,7 +29,7 @@ from kloom.speedup import REFERENCE_COPY
 from kloom.workload_parts import candidate_base
 
 from .catalog import Option, options_for, option_key
-from .codegen import NotApplicable, render
+from .codegen import NotApplicable, render, source_rewrites
 from .cudnn_tuning import WRAPPER as CUDNN_WRAPPER, candidate as cudnn_candidate
 from .triton_kernels.option import KERNEL_WRAPPERS, STRATEGY as KERNELS, kernel_candidate_for
 
@@ -160,6 +160,11 @@ class OfflinePlanner:
             else ""
         )
         return None, Usage()
+
+    def annotate(self, analysis: Analysis, source: str) -> None:
+        """The rewrites of the reference's source that apply, each with the calls it changes: what
+        the catalog offers its strategies by (``Analysis.source_rewrites``)."""
+        analysis.source_rewrites = source_rewrites(source)
 
     def fallback(self, ctx: PlanningContext) -> Plan | None:
         """The reference itself, run as a candidate: the job's last resort for a correct kernel
