@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agents.limits import Budget
 from agents.records import JobSpec, Plan, Step, Trajectory
+from agents.roles import PlanningContext
+from agents.verifier import beats_best, feedback
 from kloom.batch.aggregate import fast_p
 from kloom.batch.report import build_report, to_markdown
 from kloom.batch.rows import report_row
@@ -138,3 +141,15 @@ def test_the_reference_copy_counts_at_most_one_everywhere():
     row = report_row(copy)
     assert row.measured_speedup > 1.2 and row.outcome == "no faster kernel found"
     assert fast_p([row], 1.0, measurable_only=False) == 0.0 and fast_p([row], 0.9, measurable_only=False) == 1.0
+
+
+def test_a_new_best_is_judged_by_the_rule_that_picks_the_best_step():
+    """The verifier's 'new best' (its feedback, and whom the new_best policy profiles) counts a
+    candidate's speedup as reported: the reference's copy at 1.3x does not beat a 1.1x kernel."""
+    best = Step(index=0, plan=Plan(strategy="torch_compile"), status="correct", evaluation=eval_records.evaluation(timing=eval_records.timing(1.1)))
+    spec = JobSpec(workload="w.py", world_size=2)
+    ctx = PlanningContext(spec=spec, workload_source="", workload_name="w", analysis=None, baseline=None, history=[best], budget=Budget(spec.limits))
+    result = eval_records.evaluation(timing=eval_records.timing(1.3))
+    assert not beats_best(result, Plan(strategy=REFERENCE_COPY), ctx) and beats_best(result, Plan(strategy="cuda_graph"), ctx)
+    assert "not better than step 0" in feedback(result, Plan(strategy=REFERENCE_COPY), None, ctx)
+    assert "new best: 1.300x against step 0's 1.100x" in feedback(result, Plan(strategy="cuda_graph"), None, ctx)
