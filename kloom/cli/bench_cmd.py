@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kloom.batch.archive import ArchiveError, archive_batch
+from kloom.batch.plan import BatchSettings, plan_batch
 from kloom.batch.report import BatchReport, compare, workload_table, write_report
 
 from .evaluate import Device
@@ -43,7 +44,7 @@ def run_cmd(
     Stopped at any point, the same command continues where the batch was: finished workloads
     are not redone and an interrupted job resumes from its last recorded step.
     """
-    from kloom.batch.runner import BatchSettings, plan_batch, run_batch  # lazy: loads torch, the evaluator and the agents' loop
+    from kloom.batch.runner import run_batch  # lazy: loads torch, the evaluator and the agents' loop
 
     settings = BatchSettings(
         suite=suite,

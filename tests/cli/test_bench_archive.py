@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from kloom.batch.archive import ARCHIVE, ArchiveError, archive_batch, best_kernel, trajectory_dicts
 from kloom.batch.report import build_report
-from kloom.batch.runner import BatchSettings, _check_same_batch
+from kloom.batch.plan import BatchSettings
+from kloom.batch.runner import _check_same_batch
 from kloom.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
