@@ -45,7 +45,8 @@ class Analysis:
     roofline_terms: dict[str, Any] = field(default_factory=dict)
     row_split: dict[str, Any] | None = None  # {"args": [...], "rows": N}: row blocks are independent
     trace_error: str = ""  # why the reference could not be traced (then the counts are unknown)
-    source_rewrites: dict[str, int] = field(default_factory=dict)  # rewrite -> collective calls it removes
+    #: rewrite -> calls it changes, which the offline planner notes from the source (``annotate``)
+    source_rewrites: dict[str, int] = field(default_factory=dict)
     collective_calls: dict[str, int] = field(default_factory=dict)  # calls per step per collective (the busiest rank)
     bincount_bins: int | None = None  # the most bins a torch.bincount call of the step counts into (None: none traced)
     #: The operators of one reference call on the first rank, with the tensors they pass (None:

@@ -25,7 +25,6 @@ from .records import NOT_EVALUATED, JobSpec, Plan, Step, Trajectory, Usage
 from .roles import Coder, Evaluator, KBAdvice, Planner, PlanningContext
 from .sinks import TrajectorySink
 from .strategist import OfflineCoder, OfflinePlanner
-from .strategist.codegen import source_rewrites
 from .verifier import Profiler, Verifier
 
 __all__ = ["JobLoop", "KnowledgeBase", "TrajectorySink", "make_roles", "run_job"]
@@ -92,6 +91,7 @@ class JobLoop:
         try:
             self.source = self.prepare()
             self.planner, self.coder = self.roles(planner, coder)
+            self.planner.annotate(self.traj.analysis, self.source)
             self.advice = self.advise() if self.spec.use_kb else KBAdvice()
             while True:
                 self.step()
@@ -225,7 +225,6 @@ class JobLoop:
                 # goes on with what is known without it, and the strategies that need no trace.
                 log.warning("job %s plans without a trace of the reference, which the tracer could not follow: %s", spec.job_id, exc)
                 analysis = untraced_analysis(str(exc), **known)
-            analysis.source_rewrites = source_rewrites(source)
             traj.analysis = analysis
             self.sink.save(traj, None)
         return source

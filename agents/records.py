@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 from kloom.clock import timestamp
 from kloom.evaluation import BaselineResult, EvalResult, TimingRecord
 from kloom.profile import Profile
-from kloom.speedup import NO_FASTER, measured
+from kloom.speedup import FASTER, NO_FASTER, REFERENCE_COPY, measured, reported_speedup
 
 from .analysis import Analysis
 
@@ -137,11 +137,8 @@ class Step:
     def reported_speedup(self) -> float | None:
         """The speedup as reported (job rows, batch reports, the dashboard, benchmarks): the
         reference run as a candidate (the fallback) measures noise, not an improvement, so its
-        speedup is never reported above 1.0x."""
-        speedup = self.speedup
-        if speedup is None or self.plan.strategy != "reference_copy":
-            return speedup
-        return min(speedup, 1.0)
+        speedup is never reported above 1.0x (``kloom.speedup.reported_speedup``)."""
+        return reported_speedup(self.speedup, self.plan.strategy)
 
     @property
     def candidate_ms(self) -> float | None:
@@ -216,9 +213,9 @@ class Trajectory:
         if best is None:
             return "no correct kernel"
         m = measured(best.timing)
-        if best.plan.strategy == "reference_copy" or m is None or not m.measurable_win:
+        if best.plan.strategy == REFERENCE_COPY or m is None or not m.measurable_win:
             return NO_FASTER
-        return "faster kernel found"
+        return FASTER
 
     @property
     def result_speedup(self) -> float | None:
@@ -226,7 +223,7 @@ class Trajectory:
         measurable win, 1.0 when the reference stands, None without a correct kernel."""
         if self.best_step is None:
             return None
-        return self.best_speedup if self.outcome == "faster kernel found" else 1.0
+        return self.best_speedup if self.outcome == FASTER else 1.0
 
     @property
     def usage(self) -> Usage:

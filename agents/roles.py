@@ -133,6 +133,10 @@ class Planner(Protocol):
         (None: none). The loop runs it at most once per job."""
         return None
 
+    def annotate(self, analysis: Analysis, source: str) -> None:
+        """Note in the job's analysis what this planner reads in the workload's source, before
+        its first plan (the offline strategist: the source rewrites that apply). Nothing by default."""
+
 
 class Coder(Protocol):
     def write(self, plan: Plan, ctx: PlanningContext) -> CoderOutput: ...

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from kloom.evaluation import EvalResult
 from kloom.profile import Profile
+from kloom.speedup import reported_speedup
 
 from .records import Plan
 from .roles import Evaluator, PlanningContext, Verdict
@@ -30,27 +31,34 @@ class Verifier:
         result = self.evaluator.evaluate(ctx.spec.workload, candidate_source=code, world_size=ctx.spec.world_size, deadline_s=deadline_s,
                                          more_after=more_after)
         profile = None
-        if result.correct and self._should_profile(result, ctx):
+        if result.correct and self._should_profile(result, plan, ctx):
             profile = self.profiler(ctx.spec.workload, code, world_size=ctx.spec.world_size, device=ctx.spec.device)
-        return Verdict(status=result.status, evaluation=result, profile=profile, feedback=feedback(result, profile, ctx))
+        return Verdict(status=result.status, evaluation=result, profile=profile, feedback=feedback(result, plan, profile, ctx))
 
-    def _should_profile(self, result: EvalResult, ctx: PlanningContext) -> bool:
+    def _should_profile(self, result: EvalResult, plan: Plan, ctx: PlanningContext) -> bool:
         if self.profiler is None or self.policy == "none":
             return False
         if self.policy == "every_correct":
             return True
-        best = ctx.best
-        return best is None or (result.timing is not None and result.timing.speedup > (best.reported_speedup or 0.0))
+        return ctx.best is None or beats_best(result, plan, ctx)
 
 
-def feedback(result: EvalResult, profile: Profile | None, ctx: PlanningContext) -> str:
+def beats_best(result: EvalResult, plan: Plan, ctx: PlanningContext) -> bool:
+    """Whether a correct candidate's speedup, as reported (``kloom.speedup.reported_speedup``, the
+    rule the job's best step is chosen by), is above the best step's so far."""
+    best = ctx.best
+    speedup = reported_speedup(result.timing.speedup, plan.strategy) if result.timing else None
+    return speedup is not None and speedup > (best.reported_speedup if best else 0.0)
+
+
+def feedback(result: EvalResult, plan: Plan, profile: Profile | None, ctx: PlanningContext) -> str:
     """A few lines for the planner: what happened, how it compares, what bounds it."""
     lines = [result.summary()]
     best = ctx.best
     if result.correct and result.timing:
         if best is None:
             lines.append("first correct candidate of this job")
-        elif result.timing.speedup > (best.reported_speedup or 0.0):
+        elif beats_best(result, plan, ctx):
             lines.append(f"new best: {result.timing.speedup:.3f}x against step {best.index}'s {best.reported_speedup:.3f}x")
         else:
             lines.append(f"not better than step {best.index} ({best.reported_speedup:.3f}x, {best.candidate_ms:.4g} ms)")

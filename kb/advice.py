@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, defer, selectinload
 
 from agents.analysis import Analysis
 from agents.roles import EXACT_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
+from kloom.speedup import reported_speedup
 
 from .computation import computation_key
 from .confidence import weighted_confidence
@@ -212,7 +213,7 @@ def _measured_speedup(evidence: list[KBEvidence], jobs: dict[str, float]) -> tup
     evidence, failed runs included."""
     weight = sum(jobs[e.job_id] for e in evidence)
     measured = [
-        (math.log(min(e.speedup, 1.0) if e.strategy.name == "reference_copy" else e.speedup), jobs[e.job_id])
+        (math.log(reported_speedup(e.speedup, e.strategy.name)), jobs[e.job_id])
         for e in evidence
         if e.speedup and e.speedup > 0
     ]

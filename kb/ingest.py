@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from agents.records import NOT_EVALUATED, Step, Trajectory  # NOT_EVALUATED: neither evidence for nor against
 from kloom.clock import utcnow
+from kloom.speedup import REFERENCE_COPY
 
 from . import admission
 from .models import KBEvidence, KBFailure, KBJob, KBKernel, KBStrategy, KBWorkload
@@ -55,7 +56,7 @@ def beat_baseline(step: Step) -> bool:
     """Whether a step's candidate was correct and measurably faster than the reference. The
     reference run as a candidate (``reference_copy``) never is: its speedup measures noise."""
     speedup = step.speedup
-    if speedup is None or step.plan.strategy == "reference_copy":
+    if speedup is None or step.plan.strategy == REFERENCE_COPY:
         return False
     timing = step.timing
     margin = MIN_GAIN

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 Verdict = Literal["faster", "slower", "no measurable change", "unmeasured"]
 NO_CHANGE = "no measurable change"
 NO_FASTER = "no faster kernel found"
+FASTER = "faster kernel found"
+#: The strategy that runs the reference itself as a candidate: a correct anchor whose speedup
+#: measures timing noise, never an improvement.
+REFERENCE_COPY = "reference_copy"
 #: z for a two-sided 95% interval.
 _Z95 = 1.959964
 _RESAMPLES = 400
@@ -127,6 +131,14 @@ class Measured:
         ci = f", 95% CI {self.low:.2f}-{self.high:.2f}" if self.low is not None and self.high is not None else ""
         out = f"{self.speedup:.2f}x ({self.reference_ms:.4g} / {self.candidate_ms:.4g} ms{ci})"
         return out if self.verdict == "faster" else f"{out}: {self.verdict}"
+
+
+def reported_speedup(speedup: float | None, strategy: str | None) -> float | None:
+    """A correct candidate's speedup as every report, job row, KB hint and fast_p counts it: the
+    reference's own copy (``REFERENCE_COPY``) is never reported above 1.0x."""
+    if speedup is None or strategy != REFERENCE_COPY:
+        return speedup
+    return min(speedup, 1.0)
 
 
 def measured(timing: TimingRecord | None) -> Measured | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agents.analysis import Analysis
+from kloom.speedup import REFERENCE_COPY
 
 from . import cudnn_tuning, max_autotune
 from .attention.option import options as attention_options
@@ -33,7 +34,7 @@ class Strategy:
 
 
 def _reference_copy(a: Analysis) -> list[Option]:
-    return [Option("reference_copy", {"wrapper": "none"}, 0.01, "the reference itself: a correct anchor that measures timing noise")]
+    return [Option(REFERENCE_COPY, {"wrapper": "none"}, 0.01, "the reference itself: a correct anchor that measures timing noise")]
 
 
 def _cuda_graph(a: Analysis) -> list[Option]:
@@ -146,7 +147,7 @@ def _triton_kernels(a: Analysis) -> list[Option]:
 
 
 STRATEGIES: list[Strategy] = [
-    Strategy("reference_copy", "Run the reference itself (a correct anchor).", _reference_copy),
+    Strategy(REFERENCE_COPY, "Run the reference itself (a correct anchor).", _reference_copy),
     Strategy("cuda_graph", "Capture the whole step, collectives included, in one CUDA graph.", _cuda_graph, requires_cuda=True),
     Strategy("torch_compile", "Compile the step with torch.compile (fusion, CUDA graphs by segment).", _torch_compile),
     Strategy("symm_mem_allreduce", "Latency-bound all-reduce through torch symmetric memory.", symm_allreduce_options, requires_cuda=True),

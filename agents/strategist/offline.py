@@ -25,10 +25,11 @@ from agents.analysis import Analysis
 from agents.records import NOT_EVALUATED, Plan, Usage
 from agents.roles import CoderOutput, PlanningContext, StrategyHint
 from kloom.static_check import check_candidate
+from kloom.speedup import REFERENCE_COPY
 from kloom.workload_parts import candidate_base
 
 from .catalog import Option, options_for, option_key
-from .codegen import NotApplicable, render
+from .codegen import NotApplicable, render, source_rewrites
 from .cudnn_tuning import WRAPPER as CUDNN_WRAPPER, candidate as cudnn_candidate
 from .triton_kernels.option import KERNEL_WRAPPERS, STRATEGY as KERNELS, kernel_candidate_for
 
@@ -84,7 +85,7 @@ def _measured(hint: StrategyHint | None) -> tuple[float | None, float]:
 
 def _tier(option: Option, evidence: dict[str, StrategyHint]) -> tuple[int, float]:
     """Where the knowledge base puts an option: (tier, the speedup it measured there)."""
-    if option.strategy == "reference_copy":
+    if option.strategy == REFERENCE_COPY:
         return _ANCHOR, 1.0
     speedup, weight = _measured(evidence.get(option.strategy))
     if weight < KB_MIN_WEIGHT:
@@ -136,12 +137,12 @@ class OfflinePlanner:
         # A best slower than the reference is no better than the reference itself.
         has_correct = ctx.best is not None and (ctx.best.speedup or 0.0) >= 1.0
         options = self._ranked(ctx, analysis, tried)
-        anchor = next((o for o in options if o.strategy == "reference_copy"), None)
+        anchor = next((o for o in options if o.strategy == REFERENCE_COPY), None)
         if anchor and not has_correct and (remaining <= 1 or len(options) == 1):
             return self._plan(anchor, analysis, "no candidate is correct yet and this is the last step: "), Usage()
         settled = []
         for option in options:
-            if option.strategy == "reference_copy":
+            if option.strategy == REFERENCE_COPY:
                 if not has_correct:
                     # Only options the knowledge base saw lose are left before it.
                     return self._plan(anchor, analysis, "the knowledge base measured every remaining option below the reference: "), Usage()
@@ -160,13 +161,18 @@ class OfflinePlanner:
         )
         return None, Usage()
 
+    def annotate(self, analysis: Analysis, source: str) -> None:
+        """The rewrites of the reference's source that apply, each with the calls it changes: what
+        the catalog offers its strategies by (``Analysis.source_rewrites``)."""
+        analysis.source_rewrites = source_rewrites(source)
+
     def fallback(self, ctx: PlanningContext) -> Plan | None:
         """The reference itself, run as a candidate: the job's last resort for a correct kernel
         when its limits stop the search before anything else was correct."""
         analysis = ctx.analysis
         if analysis is None:
             return None
-        anchor = next((o for o in options_for(analysis) if o.strategy == "reference_copy"), None)
+        anchor = next((o for o in options_for(analysis) if o.strategy == REFERENCE_COPY), None)
         if anchor is None:
             return None
         return self._plan(anchor, analysis, "a limit stopped the search with no correct candidate: ")
@@ -210,7 +216,7 @@ class OfflinePlanner:
         for option in options_for(analysis):
             if option.key in tried or option.key in failed:
                 continue
-            if option.params.get("wrapper") in broken and option.strategy != "reference_copy":
+            if option.params.get("wrapper") in broken and option.strategy != REFERENCE_COPY:
                 continue
             if option.base and not _won(ctx, option.base):
                 continue

@@ -18,35 +18,21 @@ import json
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from agents.loop import run_job
-from agents.records import FINISHED_STATES, JobSpec, Limits, Trajectory
+from agents.records import FINISHED_STATES, Trajectory
 from agents.sinks import FileSink
-from kloom.suite import resolve_suite, select
+from kloom.suite import resolve_suite
 from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.profiler import job_profiler
 
 from .archive import ARCHIVE
-
-
-@dataclass
-class BatchSettings:
-    suite: str
-    world_size: int
-    device: str = "cpu"
-    strategist: str = "offline"
-    max_iters: int = 6
-    budget_usd: float | None = None
-    max_wall_s_per_job: float | None = None
-    shapes: str | None = None
-    workloads: list[str] = field(default_factory=list)  # empty: every workload that supports the world size
-    use_kb: bool = True
-    profile: str = "new_best"
+from .plan import BatchSettings, plan_batch
 
 
 @dataclass
@@ -56,15 +42,6 @@ class JobOutcome:
     speedup: float | None
     seconds: float
     skipped: bool = False
-
-
-def plan_batch(settings: BatchSettings) -> tuple[list, list[tuple[str, str]]]:
-    """The suite's workloads that this batch runs, and those it leaves out with the reason."""
-    picked = select(settings.suite, settings.world_size, settings.workloads)
-    left_out = [(p.path, p.reason) for p in picked.problems]
-    left_out += [(name, f"supports world sizes {sizes}, not {settings.world_size}") for name, sizes in picked.unsupported]
-    left_out += [(name, "no such workload in the suite") for name in sorted(picked.unknown)]
-    return picked.chosen, left_out
 
 
 def _device_groups(settings: BatchSettings, parallel: int | None) -> list[list[int] | None]:
@@ -122,17 +99,7 @@ def run_batch(
                     return
                 if on_event:
                     on_event("started", {"workload": info.name, "devices": devices, "resumed_at": len(resume.steps) if resume else 0})
-                spec = JobSpec(
-                    workload=info.path,
-                    world_size=settings.world_size,
-                    device=settings.device,
-                    shapes=eval_settings.shapes,
-                    strategist=settings.strategist,
-                    limits=Limits(max_iters=settings.max_iters, budget_usd=settings.budget_usd, max_wall_s=settings.max_wall_s_per_job),
-                    job_id=f"batch:{out.name}:{info.name}",
-                    use_kb=settings.use_kb,
-                    profile=settings.profile,
-                )
+                spec = settings.job_spec(info.path, job_id=f"batch:{out.name}:{info.name}", shapes=eval_settings.shapes)
                 t0 = time.monotonic()
                 profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
                 traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, profiler=profiler)

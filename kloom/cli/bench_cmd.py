@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kloom.batch.archive import ArchiveError, archive_batch
-from kloom.batch.report import compare, workload_table, write_report
+from kloom.batch.plan import BatchSettings, plan_batch
+from kloom.batch.report import BatchReport, compare, workload_table, write_report
 
 from .evaluate import Device
 from .optimize_cmd import _open_kb
@@ -43,7 +44,7 @@ def run_cmd(
     Stopped at any point, the same command continues where the batch was: finished workloads
     are not redone and an interrupted job resumes from its last recorded step.
     """
-    from kloom.batch.runner import BatchSettings, plan_batch, run_batch  # lazy: loads torch, the evaluator and the agents' loop
+    from kloom.batch.runner import run_batch  # lazy: loads torch, the evaluator and the agents' loop
 
     settings = BatchSettings(
         suite=suite,
@@ -92,11 +93,11 @@ def report_cmd(out: Annotated[Path, typer.Argument(help="A batch directory.")], 
         raise typer.BadParameter(f"{out} is not a batch directory (no batch.json)")
     report = write_report(out)
     if as_json:
-        typer.echo(json.dumps(report, indent=1))
+        typer.echo(json.dumps(report.to_dict(), indent=1))
     else:
         _print_aggregate(Console(), report)
         # The per-workload table, as Markdown lines (readable in a terminal and when piped).
-        typer.echo("\n".join(workload_table(report["rows"])))
+        typer.echo("\n".join(workload_table(report.rows)))
         typer.echo(f"report: {out / 'report.md'}")
 
 
@@ -122,28 +123,28 @@ def compare_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show what changed from batch A to batch B."""
-    def load(path: Path) -> dict:
+    def load(path: Path) -> BatchReport:
         path = path / "report.json" if path.is_dir() else path
         if not path.is_file():
             raise typer.BadParameter(f"no report at {path}")
-        return json.loads(path.read_text())
+        return BatchReport.from_dict(json.loads(path.read_text()))
 
     diff = compare(load(a), load(b))
     if as_json:
-        typer.echo(json.dumps(diff, indent=1))
+        typer.echo(json.dumps(diff.to_dict(), indent=1))
         return
     console = Console()
     table = Table(title="aggregates: A -> B")
     for col in ("metric", "A", "B"):
         table.add_column(col)
-    for key, (va, vb) in diff["aggregate"].items():
+    for key, (va, vb) in diff.aggregate.items():
         table.add_row(key, _num(va), _num(vb))
     console.print(table)
     table = Table(title="workloads")
     for col in ("workload", "speedup A", "speedup B", "change", "strategy A", "strategy B"):
         table.add_column(col)
-    for w in diff["workloads"]:
-        table.add_row(w["workload"], _num(w["speedup_a"]), _num(w["speedup_b"]), w["change"], w["strategy_a"] or "-", w["strategy_b"] or "-")
+    for w in diff.workloads:
+        table.add_row(w.workload, _num(w.speedup_a), _num(w.speedup_b), w.change, w.strategy_a or "-", w.strategy_b or "-")
     console.print(table)
 
 
@@ -172,22 +173,22 @@ def _num(value) -> str:
     return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def _print_aggregate(console: Console, report: dict) -> None:
-    a = report["aggregate"]
+def _print_aggregate(console: Console, report: BatchReport) -> None:
+    a = report.aggregate
     table = Table(title="batch")
     table.add_column("metric")
     table.add_column("value")
-    table.add_row("workloads (finished)", f"{a['workloads']} ({a['finished']})")
-    table.add_row("correct", f"{a['correct']} ({100 * a['correctness_rate']:.0f}%)")
-    for p, v in a["fast_p"].items():
+    table.add_row("workloads (finished)", f"{a.workloads} ({a.finished})")
+    table.add_row("correct", f"{a.correct} ({100 * a.correctness_rate:.0f}%)")
+    for p, v in a.fast_p.items():
         table.add_row(f"fast_{p} (measurable wins)", f"{v:.2f}")
-    if "fast_1_any" in a:
-        table.add_row("fast_1 (any speedup > 1, as in the literature)", f"{a['fast_1_any']:.2f}")
-        table.add_row("faster kernel found / no measurable change", f"{a['faster_kernel_found']} / {a['no_measurable_change']}")
-    table.add_row("geomean speedup", _num(a["geomean_speedup"]))
-    table.add_row("median fraction of floor", _num(a["median_fraction_of_floor"]))
-    table.add_row("GPU hours", f"{a['total_gpu_hours']:.3f}")
-    table.add_row("LLM cost (USD)", _num(a["total_llm_cost_usd"]))
+    if a.fast_1_any is not None:
+        table.add_row("fast_1 (any speedup > 1, as in the literature)", f"{a.fast_1_any:.2f}")
+        table.add_row("faster kernel found / no measurable change", f"{a.faster_kernel_found} / {a.no_measurable_change}")
+    table.add_row("geomean speedup", _num(a.geomean_speedup))
+    table.add_row("median fraction of floor", _num(a.median_fraction_of_floor))
+    table.add_row("GPU hours", f"{a.total_gpu_hours:.3f}")
+    table.add_row("LLM cost (USD)", _num(a.total_cost_usd))
     console.print(table)
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from agents.records import JobSpec, Limits
 from agents.sinks import FileSink
-from kloom.speedup import measured
+from kloom.speedup import FASTER, measured
 from kloom.suite import find
 
 from .evaluate import Device, ShapesOpt, _settings
@@ -124,7 +124,7 @@ def _print_summary(console: Console, traj, sink) -> None:
     if best:
         m = measured(best.timing)
         what = m.text() if m else f"{traj.best_speedup:.3f}x"
-        if traj.outcome == "faster kernel found":
+        if traj.outcome == FASTER:
             console.print(f"faster kernel found: step {best.index} ({best.plan.strategy}), {what}; kernel in {sink.directory / 'best_kernel.py'}")
         else:
             console.print(f"no faster kernel found: the reference stands at 1.00x (best correct kernel: step {best.index}, {best.plan.strategy}, {what}); it is in {sink.directory / 'best_kernel.py'}")

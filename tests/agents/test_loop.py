@@ -16,6 +16,7 @@ from agents.sinks import FileSink
 from agents.records import JobSpec, Limits, Trajectory
 from agents.roles import PlanningContext
 from agents.strategist import OfflineCoder, OfflinePlanner
+from agents.strategist.codegen import source_rewrites
 from kloom.cli import app
 from kloom.evaluation import BaselineResult, EvalResult
 from kloom.static_check import check_candidate
@@ -96,6 +97,8 @@ def test_job_resumes_without_redoing_steps(evaluator, tmp_path):
     assert isinstance(first.baseline, BaselineResult) and isinstance(first.steps[0].evaluation, EvalResult)
     saved = sink.load()
     assert saved.baseline == first.baseline and saved.steps[0].evaluation == first.steps[0].evaluation
+    # The offline planner notes the source rewrites that apply in the job's analysis (OfflinePlanner.annotate).
+    assert saved.analysis.source_rewrites == source_rewrites(workload.read_text()) == {"overlap": 1}
     spec.limits.max_iters = 2
     resumed = run_job(spec, sink, evaluator=evaluator, resume=saved)
     assert [s.index for s in resumed.steps][:1] == [0]
@@ -189,6 +192,8 @@ def test_a_candidate_identical_to_an_evaluated_one_is_not_evaluated_again(evalua
     assert "identical to step 0" in traj.steps[1].feedback and traj.steps[1].evaluation is None
     assert counting.calls == 1
     assert counting.more_after == [3]  # the steps the limit leaves after the first: ranks begun ahead
+    # The offline strategist's notes are its own: a planner that reads no source adds none.
+    assert traj.analysis.source_rewrites == {}
 
 
 def test_role_errors_end_the_job_by_their_type(evaluator, tmp_path):

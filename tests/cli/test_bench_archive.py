@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from kloom.batch.archive import ARCHIVE, ArchiveError, archive_batch, best_kernel, trajectory_dicts
 from kloom.batch.report import build_report
-from kloom.batch.runner import BatchSettings, _check_same_batch
+from kloom.batch.plan import BatchSettings
+from kloom.batch.runner import _check_same_batch
 from kloom.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +52,8 @@ def test_archiving_leaves_the_report_as_it_was(live):
     assert len(done["jobs"]) == 36 and not list(live.glob("jobs/*/trajectory.json")) and not list(live.glob("jobs/*/best_kernel.py"))
     assert build_report(live) == before
     manifest = json.loads((live / "jobs" / "tp_gemm_allreduce" / "manifest.json").read_text())
-    row = next(r for r in before["rows"] if r["workload"] == "tp_gemm_allreduce")
-    assert manifest["speedup"] == row["speedup"] and manifest["strategy"] == row["strategy"] and manifest["commit"] == "a" * 40
+    row = next(r for r in before.rows if r.workload == "tp_gemm_allreduce")
+    assert manifest["speedup"] == row.speedup and manifest["strategy"] == row.strategy and manifest["commit"] == "a" * 40
     assert len(manifest["workload_sha256"]) == 64 and manifest["hardware"]["gpu"] == "NVIDIA H200" and manifest["world_size"] == 4 and isinstance(manifest["params"], dict)
 
 
@@ -63,7 +64,7 @@ def test_the_report_command_reads_the_archive(live):
     archive_batch(live, commit="b" * 40)
     result = CliRunner().invoke(app, ["bench", "report", str(live), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["aggregate"] == before["aggregate"] and before["aggregate"]["workloads"] == 36
+    assert json.loads(result.output)["aggregate"] == before.aggregate.to_dict() and before.aggregate.workloads == 36
 
 
 def test_an_archived_batch_does_not_resume_and_unfinished_or_broken_ones_are_refused(live, tmp_path):

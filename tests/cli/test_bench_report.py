@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kloom.batch.archive import best_kernel
-from kloom.batch.report import build_report, to_markdown
+from kloom.batch.report import BatchReport, build_report, compare, to_markdown
+from kloom.batch.rows import ReportRow
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = ROOT / "results" / "gpu" / "h200x4-ws4-r2"
@@ -27,14 +28,14 @@ def batch(tmp_path) -> Path:
     return copy
 
 
-def _row(report: dict, name: str) -> dict:
-    return next(r for r in report["rows"] if r["workload"] == name)
+def _row(report: BatchReport, name: str) -> ReportRow:
+    return next(r for r in report.rows if r.workload == name)
 
 
 def test_the_report_of_the_committed_batch_has_its_aggregates(batch):
     report = build_report(batch)
     committed = json.loads((BATCH / "report.json").read_text())
-    a, c = report["aggregate"], committed["aggregate"]
+    a, c = report.to_dict()["aggregate"], committed["aggregate"]
     for key in ("workloads", "finished", "correct", "correctness_rate", "median_fraction_of_floor", "total_gpu_hours", "total_tokens"):
         assert a[key] == c[key], key
     # That report counted every speedup above p; fast_p now counts measurable wins only (issue 21),
@@ -42,14 +43,14 @@ def test_the_report_of_the_committed_batch_has_its_aggregates(batch):
     assert a["fast_1_any"] == c["fast_p"]["1.0"]
     assert all(a["fast_p"][p] <= c["fast_p"][p] for p in c["fast_p"])
     assert a["faster_kernel_found"] == round(a["fast_p"]["1.0"] * a["workloads"])
-    assert len(report["rows"]) == 36 and report["aggregate"]["correctness_rate"] == 1.0
+    assert len(report.rows) == 36 and report.aggregate.correctness_rate == 1.0
 
 
 def test_a_job_planned_without_a_trace_is_named(batch):
     """In that batch the tracer could not follow cp_allgather_kv_attention's CausalBias (since
     fixed): the report says its job was planned without the structure, and names no other."""
     report = build_report(batch)
-    assert [r["workload"] for r in report["rows"] if r["trace_error"]] == ["cp_allgather_kv_attention"]
+    assert [r.workload for r in report.rows if r.trace_error] == ["cp_allgather_kv_attention"]
     text = to_markdown(report)
     section = text.split("## Planned without a trace of the reference")[1]
     assert "**cp_allgather_kv_attention**" in section and "CausalBias" in section
@@ -57,13 +58,13 @@ def test_a_job_planned_without_a_trace_is_named(batch):
 
 def test_a_profile_of_the_best_kernel_names_the_bound(batch):
     before = _row(build_report(batch), "causal_conv1d_cp")
-    assert before["bottleneck"].startswith("no profile")
+    assert before.bottleneck.startswith("no profile")
     (batch / "profiles").mkdir()
     shutil.copy(PROFILE, batch / "profiles" / PROFILE.name)
     row = _row(build_report(batch), "causal_conv1d_cp")
-    assert row["bottleneck"].startswith(f"profile of the best kernel (profiles/{PROFILE.name}): bound by its top kernel, triton_poi_fused")
-    assert "communication 5% of GPU busy time" in row["bottleneck"]
-    assert _row(build_report(batch), "distributed_sort")["bottleneck"].startswith("no profile")
+    assert row.bottleneck.startswith(f"profile of the best kernel (profiles/{PROFILE.name}): bound by its top kernel, triton_poi_fused")
+    assert "communication 5% of GPU busy time" in row.bottleneck
+    assert _row(build_report(batch), "distributed_sort").bottleneck.startswith("no profile")
 
 
 def test_a_profile_of_another_kernel_is_not_taken_for_the_best(batch):
@@ -72,7 +73,7 @@ def test_a_profile_of_another_kernel_is_not_taken_for_the_best(batch):
     (batch / "profiles").mkdir()
     (batch / "profiles" / "x.json").write_text(json.dumps(record))
     (batch / "profiles" / "broken.json").write_text("{not json")
-    assert _row(build_report(batch), "causal_conv1d_cp")["bottleneck"].startswith("no profile")
+    assert _row(build_report(batch), "causal_conv1d_cp").bottleneck.startswith("no profile")
 
 
 @pytest.fixture
@@ -145,3 +146,16 @@ def test_profile_gpu_stopped_by_sigterm_leaves_no_rank_running(tmp_path):
     time.sleep(0.5)
     alive = [pid for pid in seen if Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"]
     assert not alive, f"left running after SIGTERM: {alive}"
+
+
+def test_a_report_reads_back_as_it_was_written_and_an_older_one_as_it_counted(batch):
+    report = build_report(batch)
+    stored = json.loads(json.dumps(report.to_dict()))
+    assert BatchReport.from_dict(stored).to_dict() == stored and "job_id" not in stored["rows"][0]
+    # The committed report predates outcomes and intervals: its rows read as the wins it counted.
+    committed = BatchReport.from_dict(json.loads((BATCH / "report.json").read_text()))
+    old = _row(committed, "causal_conv1d_cp")
+    assert old.outcome == "faster kernel found" and old.measured_speedup == old.speedup and committed.aggregate.fast_1_any is None
+    diff = compare(committed, report)
+    assert {w.workload for w in diff.workloads} == {r.workload for r in report.rows}
+    assert diff.aggregate["correctness_rate"] == (1.0, 1.0)

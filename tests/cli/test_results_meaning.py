@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agents.limits import Budget
 from agents.records import JobSpec, Plan, Step, Trajectory
+from agents.roles import PlanningContext
+from agents.verifier import beats_best, feedback
 from kloom.batch.aggregate import fast_p
-from kloom.batch.report import build_report, report_row, to_markdown
+from kloom.batch.report import build_report, to_markdown
+from kloom.batch.rows import report_row
 from kloom.cli import app
-from kloom.speedup import measured, paired_interval, stats_interval, verdict
+from kloom.speedup import REFERENCE_COPY, measured, paired_interval, reported_speedup, stats_interval, verdict
 from kloom.evaluation import TimeStats, TimingRecord
 from tests import eval_records
 
@@ -75,11 +79,11 @@ def test_a_job_without_a_measurable_win_found_no_faster_kernel():
     lost = _traj(("torch_compile", _timing(_samples(1.0, 40, 9), _samples(1.03, 40, 10))), ("reference_copy", _timing(_samples(1.3, 40, 11), _samples(1.0, 40, 12))))
     assert lost.outcome == "no faster kernel found" and lost.result_speedup == 1.0
     row = report_row(lost)
-    assert row["outcome"] == "no faster kernel found" and row["speedup"] == 1.0
+    assert row.outcome == "no faster kernel found" and row.speedup == 1.0
     # The row shows the two times its measured speedup divides, not the reference timed alone.
     best = lost.best_step.evaluation.timing
-    assert (row["reference_ms"], row["best_ms"]) == (best.reference_ms, best.candidate_ms)
-    assert row["measured_speedup"] == pytest.approx(best.reference_ms / best.candidate_ms)
+    assert (row.reference_ms, row.best_ms) == (best.reference_ms, best.candidate_ms)
+    assert row.measured_speedup == pytest.approx(best.reference_ms / best.candidate_ms)
     won = _traj(("incorrect_one", None), ("torch_compile", _timing(_samples(2.0, 40, 13), _samples(1.0, 40, 14))))
     assert won.outcome == "faster kernel found" and won.result_speedup == pytest.approx(won.best_speedup)
     assert _traj(("x", None)).outcome == "no correct kernel" and _traj(("x", None)).result_speedup is None
@@ -89,7 +93,7 @@ def test_fast_p_counts_measurable_wins_and_fast_1_is_reported_both_ways():
     noise = _traj(("torch_compile", _timing(_samples(1.06, 6, 15, spread=0.5), _samples(1.0, 6, 16, spread=0.5))))
     win = _traj(("torch_compile", _timing(_samples(2.0, 40, 17), _samples(1.0, 40, 18))))
     rows = [report_row(noise), report_row(win)]
-    assert rows[0]["verdict"] == "no measurable change" and rows[0]["measured_speedup"] > 1.0
+    assert rows[0].verdict == "no measurable change" and rows[0].measured_speedup > 1.0
     assert fast_p(rows, 1.0) == 0.5 and fast_p(rows, 1.0, measurable_only=False) == 1.0
 
 
@@ -105,11 +109,11 @@ def test_bench_report_prints_the_per_workload_table(batch):
     assert result.exit_code == 0, result.output
     assert "| workload | family | outcome | reference ms | best ms | speedup (95% CI) | verdict |" in result.output
     report = build_report(batch)
-    for row in report["rows"]:
-        assert f"| {row['workload']} | {row['family']} | {row['outcome']} |" in result.output
-    a = report["aggregate"]
-    assert a["fast_p"]["1.0"] <= a["fast_1_any"]
-    assert a["faster_kernel_found"] == round(a["fast_p"]["1.0"] * a["workloads"])
+    for row in report.rows:
+        assert f"| {row.workload} | {row.family} | {row.outcome} |" in result.output
+    a = report.aggregate
+    assert a.fast_p["1.0"] <= a.fast_1_any
+    assert a.faster_kernel_found == round(a.fast_p["1.0"] * a.workloads)
     assert "fast_1 counting every measured speedup > 1" in to_markdown(report)
 
 
@@ -125,3 +129,27 @@ def test_a_speedup_within_the_noise_between_evaluations_is_no_win():
     assert noise_floor(0.1) == pytest.approx(0.21) and noise_floor(2.7) == pytest.approx(0.0174, abs=1e-4)
     # A real win clears it: 2x at 0.1 ms a call, interval 1.8-2.2.
     assert measured(eval_records.timing(2.0, 0.1, 0.2, speedup_ci_low=1.8, speedup_ci_high=2.2)).verdict == "faster"
+
+
+def test_the_reference_copy_counts_at_most_one_everywhere():
+    """One rule (``reported_speedup``) for the job's best step, its KB evidence and fast_p: the
+    reference's own copy measures noise, never a speedup above 1.0."""
+    copy = _traj((REFERENCE_COPY, _timing(_samples(1.3, 40, 11), _samples(1.0, 40, 12))))
+    step = copy.steps[0]
+    assert step.speedup > 1.2 and step.reported_speedup == reported_speedup(step.speedup, REFERENCE_COPY) == 1.0
+    assert reported_speedup(1.3, "torch_compile") == 1.3 and reported_speedup(None, REFERENCE_COPY) is None
+    row = report_row(copy)
+    assert row.measured_speedup > 1.2 and row.outcome == "no faster kernel found"
+    assert fast_p([row], 1.0, measurable_only=False) == 0.0 and fast_p([row], 0.9, measurable_only=False) == 1.0
+
+
+def test_a_new_best_is_judged_by_the_rule_that_picks_the_best_step():
+    """The verifier's 'new best' (its feedback, and whom the new_best policy profiles) counts a
+    candidate's speedup as reported: the reference's copy at 1.3x does not beat a 1.1x kernel."""
+    best = Step(index=0, plan=Plan(strategy="torch_compile"), status="correct", evaluation=eval_records.evaluation(timing=eval_records.timing(1.1)))
+    spec = JobSpec(workload="w.py", world_size=2)
+    ctx = PlanningContext(spec=spec, workload_source="", workload_name="w", analysis=None, baseline=None, history=[best], budget=Budget(spec.limits))
+    result = eval_records.evaluation(timing=eval_records.timing(1.3))
+    assert not beats_best(result, Plan(strategy=REFERENCE_COPY), ctx) and beats_best(result, Plan(strategy="cuda_graph"), ctx)
+    assert "not better than step 0" in feedback(result, Plan(strategy=REFERENCE_COPY), None, ctx)
+    assert "new best: 1.300x against step 0's 1.100x" in feedback(result, Plan(strategy="cuda_graph"), None, ctx)

@@ -10,6 +10,7 @@ from sqlalchemy import delete, func, select
 
 from kloom import suite
 from kloom.batch.aggregate import aggregate
+from kloom.batch.rows import ReportRow
 from kloom.workload import read_source
 from services.db.models import Batch, Job
 from services.worker.broker import dispatch
@@ -103,21 +104,25 @@ def _progress(job: Job) -> dict:
     return {f: getattr(job, f) for f in fields}
 
 
-def job_row(job: Job) -> dict:
-    """The fields of a report row (``kloom.batch.report.report_row``) that a job row holds, for the
-    batch's aggregate (``kloom.batch.aggregate``)."""
-    return {
-        "state": job.state,
-        "correct": job.best_step_index is not None,
-        "speedup": job.best_speedup,
-        "fraction_of_floor": job.best_fraction_of_floor,
-        "cost_usd": job.cost_usd,
-    }
+def job_row(job: Job) -> ReportRow:
+    """A report row (``kloom.batch.rows.ReportRow``) of what a job row holds, for the batch's
+    aggregate (``kloom.batch.aggregate``): its best speedup as reported, without its interval."""
+    return ReportRow(
+        workload=job.workload_name,
+        family=job.workload_family,
+        state=job.state,
+        correct=job.best_step_index is not None,
+        speedup=job.best_speedup,
+        measured_speedup=job.best_speedup,
+        fraction_of_floor=job.best_fraction_of_floor,
+        cost_usd=job.cost_usd,
+    )
 
 
 def summarize(jobs: list[Job]) -> BatchSummary:
     """Correctness, fast_1, geometric-mean speedup and median fraction of floor over the jobs so far."""
-    agg = aggregate([job_row(j) for j in jobs])
+    # A job row holds no interval: its fast_1 counts every correct kernel faster than the reference.
+    agg = aggregate([job_row(j) for j in jobs], measurable_only=False)
     return BatchSummary(
         total=agg.workloads,
         finished=agg.finished,

@@ -5,6 +5,7 @@ that they match ``kloom bench`` field for field."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 from agents.records import Trajectory, device_of
 from kloom import suite as kloom_suite
 from kloom.batch import report as batch_report
+from kloom.batch.rows import report_row
 from services.db.jobs import job_spec
 from services.db.models import Batch, Job, StepRecord
 
@@ -120,7 +122,7 @@ def job_trajectory(job_id: str, key: CurrentKey, session: SessionDep) -> Traject
 @router.get("/batches/{batch_id}/report")
 def get_batch_report(batch_id: str, key: CurrentKey, session: SessionDep) -> BatchReport:
     """The batch's report so far: per-workload rows and the aggregates (fast_p, geomean, floor)."""
-    return BatchReport(batch_id=batch_id, **build_batch_report(session, _owned_batch(session, key, batch_id)))
+    return BatchReport(batch_id=batch_id, **build_batch_report(session, _owned_batch(session, key, batch_id)).to_dict())
 
 
 @router.get("/batches/{batch_id}/compare")
@@ -133,7 +135,7 @@ def compare_batches(
     """What changed from this batch (A) to ``other`` (B): aggregates and per-workload speedups."""
     a = build_batch_report(session, _owned_batch(session, key, batch_id))
     b = build_batch_report(session, _owned_batch(session, key, other))
-    changes = batch_report.compare(a, b)
+    changes = batch_report.compare(a, b).to_dict()
     return BatchComparison(a=batch_id, b=other, aggregate={k: list(v) for k, v in changes["aggregate"].items()}, workloads=changes["workloads"])
 
 
@@ -158,7 +160,7 @@ def job_trajectory_record(job: Job, steps: list[dict[str, Any]]) -> Trajectory:
     return traj
 
 
-def build_batch_report(session: Session, batch: Batch) -> dict[str, Any]:
+def build_batch_report(session: Session, batch: Batch) -> batch_report.BatchReport:
     """``build_report``'s structure for a batch submitted over the API, from its jobs and their steps."""
     jobs = session.scalars(select(Job).where(Job.batch_id == batch.id)).all()
     steps: dict[str, list[dict[str, Any]]] = {job.id: [] for job in jobs}
@@ -170,6 +172,6 @@ def build_batch_report(session: Session, batch: Batch) -> dict[str, Any]:
             steps[job_id].append(data)
     trajectories = [job_trajectory_record(job, steps[job.id]) for job in jobs]
     # The batch report's own row builder and assembly, so that the API's report and ``kloom bench report`` agree.
-    rows = [{**batch_report.report_row(t), "job_id": job.id} for job, t in zip(jobs, trajectories)]
+    rows = [dataclasses.replace(report_row(t), job_id=job.id) for job, t in zip(jobs, trajectories)]
     settings = {"suite": batch.suite, **batch.settings, "device": device_of(batch.settings.get("device_kind", "cpu"))}
     return batch_report.assemble(settings, trajectories, rows, [])
