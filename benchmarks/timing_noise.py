@@ -5,16 +5,17 @@ evaluation starts fresh candidate processes, as a job's candidates do, so the sp
 what differs from one process to the next (where the scheduler puts it, for one).
 
     python benchmarks/timing_noise.py --workload vocab_parallel_cross_entropy --world-size 2 \\
-        --rounds 12 --variants pinned,unpinned --out benchmarks/results/timing_noise_cpu.md
+        --rounds 12 --variants default,timing_budget_s=2 --out benchmarks/results/timing_noise_cpu.md
 
-Variants: ``pinned`` and ``unpinned`` (``EvalSettings.pin_cpus``: both sides' rank r on the same
-CPUs, or wherever the scheduler puts them). ``--device cuda`` does the same on GPUs (``gpu``
-shapes); a KernelBench-format file works as ``--workload``.
+A variant is ``default`` (``EvalSettings.from_env``) or overrides of its fields, ``+``-joined
+(``timing_budget_s=2+min_iters=40``). ``--device cuda`` does the same on GPUs (``gpu`` shapes); a
+KernelBench-format file works as ``--workload``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -31,9 +32,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kloom.suite import find  # noqa: E402
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
+from services.worker.evaluator.settings import parse_field  # noqa: E402
 
-#: Each variant's settings, over the defaults.
-VARIANTS = {"pinned": {"pin_cpus": True}, "unpinned": {"pin_cpus": False}}
+
+
+def overrides(variant: str) -> dict:
+    """A variant's fields and values, parsed by each field's annotation."""
+    if variant == "default":
+        return {}
+    fields = {f.name: f for f in dataclasses.fields(EvalSettings)}
+    found = {}
+    for part in variant.split("+"):
+        name, _, raw = part.partition("=")
+        if name not in fields or not raw:
+            raise ValueError(f"{part!r} is not FIELD=VALUE of EvalSettings")
+        found[name] = parse_field(str(fields[name].type), raw)
+    return found
 #: Other statistics of the same samples, for comparison with the median the evaluator uses.
 LOW_STATS = ("p10_ms", "min_ms")
 
@@ -62,7 +76,7 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--variants", default="pinned,unpinned", help=f"Comma-separated, of: {', '.join(VARIANTS)}.")
+    parser.add_argument("--variants", default="default", help="Comma-separated: default, or FIELD=VALUE[+FIELD=VALUE] of EvalSettings.")
     parser.add_argument("--shapes", default=None, help="Shape profile (default: ci on cpu, gpu on cuda).")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -70,15 +84,16 @@ def main() -> None:
     code = reference_copy(workload)
     started = time.monotonic()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants:
-        parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    try:
+        changes = {v: overrides(v) for v in variants}
+    except ValueError as exc:
+        parser.error(str(exc))
     results: dict[str, list[float]] = {name: [] for name in variants}
     low: dict[str, dict[str, list[float]]] = {name: {stat: [] for stat in LOW_STATS} for name in variants}
     evaluators = {}
     for name in variants:
         settings = EvalSettings.from_env(args.device)
-        for field, value in VARIANTS[name].items():
+        for field, value in changes[name].items():
             setattr(settings, field, value)
         if args.shapes:
             settings.shapes = args.shapes

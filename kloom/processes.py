@@ -133,14 +133,3 @@ def log_tail(path: str | os.PathLike, limit: int) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def rank_cpus(world_size: int) -> list[list[int]]:
-    """The CPUs rank r runs on: the r-th of ``world_size`` contiguous shares of this process's
-    allowed CPUs (ranks share a CPU only where there are fewer CPUs than ranks). Both sides' rank
-    r get the same share, and only one side runs at a time."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if world_size <= len(allowed):
-        size = len(allowed) // world_size
-        return [allowed[r * size:(r + 1) * size] for r in range(world_size)]
-    return [[allowed[r % len(allowed)]] for r in range(world_size)]

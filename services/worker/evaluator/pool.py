@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
-from kloom.processes import descendants, rank_cpus, exit_description, log_tail, process_cpu_seconds, wait_stopped
+from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, wait_stopped
 
 from . import sandbox
 from .pool_replies import PoolFailure, Replies
@@ -127,7 +127,6 @@ class RankPool:
         except (sandbox.SandboxError, OSError) as exc:
             raise PoolFailure("start", f"cannot set up the ranks' sandbox: {exc}") from exc
         cache = self.isolation.cache_dir()
-        cpus = rank_cpus(self.world_size) if self.settings.pin_cpus else None
         for rank in range(self.world_size):
             env = sandbox.rank_environment(
                 self.workdir,
@@ -140,8 +139,7 @@ class RankPool:
                     "KLOOM_POOL_SOCKET": address,
                     "KLOOM_POOL_AUTHKEY": authkey.hex(),
                     "KLOOM_POOL_STORE": os.path.join(self.workdir, "pg.store"),
-                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(len(cpus[rank]) if cpus else max(1, (os.cpu_count() or 1) // self.world_size))),
-                    "KLOOM_CPUS": ",".join(map(str, cpus[rank])) if cpus else "",
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.world_size))),
                 },
                 cache_dir=cache,
             )

@@ -31,17 +31,7 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="kloom-parent-watch", daemon=True).start()
 
 
-def _pin() -> None:
-    """Run on the CPUs the pool chose for this rank (``KLOOM_CPUS``; both sides' rank r get the
-    same ones), before anything of the workload or the candidate is loaded; threads started
-    later inherit them."""
-    cpus = os.environ.pop("KLOOM_CPUS", "")
-    if cpus:
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-
-
 def main() -> None:
-    _pin()
     _exit_with_parent()
     role = os.environ.pop("KLOOM_ROLE", "reference")
     rank = int(os.environ.pop("KLOOM_RANK"))

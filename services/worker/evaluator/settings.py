@@ -101,11 +101,6 @@ class EvalSettings:
     #: Processes and threads per rank; a pool may have world_size times this, held by its pids
     #: cgroup (as root) or RLIMIT_NPROC (unprivileged; counts all the user's processes).
     rank_processes: int = 512
-    #: Rank r of either side runs on the r-th of world_size equal shares of this process's CPUs
-    #: (``pool.rank_cpus``). The two sides take turns (the other is stopped), so each of them is
-    #: timed on the same cores: a fresh candidate process left to the scheduler read up to 15%
-    #: faster or slower than the reference on launch-bound steps on an H100 host.
-    pin_cpus: bool = True
     #: The user ranks run as when this process is root ("": the caller's; the service uses
     #: ``sandbox.SERVICE_RANK_USER``). Workload files must be readable by it.
     rank_user: str = ""
@@ -149,7 +144,7 @@ class EvalSettings:
         return cls.for_device(device, **env_overrides(cls, "KLOOM_EVAL_", skip=("tolerance", "seed")))
 
 
-def _parse(type_name: str, raw: str):
+def parse_field(type_name: str, raw: str):
     """``raw`` as a value of the annotated type (``int``, ``float``, ``bool``, ``list[int]``,
     ``list[str]``, optionally ``| None``; anything else stays a string)."""
     base = type_name.replace(" | None", "")
@@ -175,7 +170,7 @@ def env_overrides(cls, prefix: str, skip: tuple[str, ...] = ()) -> dict:
             continue
         type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         try:
-            overrides[f.name] = _parse(type_name, raw)
+            overrides[f.name] = parse_field(type_name, raw)
         except ValueError as exc:
             raise ValueError(f"{prefix}{f.name.upper()}={raw!r} is not a valid {type_name}: {exc}") from None
     return overrides
