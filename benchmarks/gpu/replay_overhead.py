@@ -3,7 +3,8 @@ tests/importers/fixtures/whole_models/ traced on the device, then timed in one p
 variants interleaved call by call (CUDA events around the call and a synchronize, as the judge's
 ranks time): eager; the traced graph replayed with no kernel (``torch.ops.aten`` calls only: the
 replay's own host cost); the plain replay with kloom's kernels (the strategy's first candidate);
-the replay compiled by inductor around them; and, for scale, torch.compile of the module.
+the replay compiled by inductor around them; the replay with the kernels in a CUDA graph; and,
+for scale, torch.compile of the module and the module in a CUDA graph.
 Prints one line per model and variant (median ms, ratio to eager, ms per replayed call) and
 writes them as JSON lines to ``--out``.
 
@@ -27,7 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agents.strategist.triton_kernels.emit import candidate_source  # noqa: E402
+from agents.strategist.embed import runtime_source  # noqa: E402
+from agents.strategist.triton_kernels.emit import GRAPH_RUNTIME, candidate_source  # noqa: E402
 from agents.strategist.triton_kernels.plan import find_matches, kernel_candidate  # noqa: E402
 from kloom.opgraph import OpGraph  # noqa: E402
 from services.worker.evaluator.tracing import trace_call  # noqa: E402
@@ -69,6 +71,19 @@ def _time(fn, inputs, iters: int) -> list[float]:
     return times
 
 
+def _graph_of(model, inputs):
+    """The module captured whole in a CUDA graph (the cuda_graph strategy's runtime), for scale."""
+    runtime = _load(MODELS / "graph_runtime.py", runtime_source(GRAPH_RUNTIME), "graph_runtime")
+    entry = {}
+
+    def call(*args):
+        if "graph" not in entry:
+            entry["graph"] = runtime._kloom_capture(model, list(args), 3)
+        return runtime._kloom_replay(entry["graph"], list(args), [])
+
+    return call
+
+
 def variants(path: Path):
     source = path.read_text()
     reference = _load(path, source, "reference")
@@ -93,10 +108,12 @@ def variants(path: Path):
     found = {"eager": (model, len(graph.nodes))}
     if DEVICE == "cuda":
         found["compiled_module"] = (torch.compile(model), None)
+        found["graph_module"] = (_graph_of(model, inputs), None)
     makers = {
         "replay_only": lambda: candidate_source(source, graph, [], "replay only"),
         "kernels": lambda: kernel_candidate(source, graph, None, "kernels"),
         "kernels_compiled": lambda: kernel_candidate(source, graph, None, "kernels compiled", "default"),
+        "kernels_graph": lambda: kernel_candidate(source, graph, None, "kernels graph", graphed=[]),  # these networks mutate no input
     }
     for name, make in makers.items():
         try:

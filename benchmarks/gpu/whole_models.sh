@@ -5,16 +5,19 @@
 # and error in $OUT/whole_models.json. Then the GPU tests of the strategies' runtimes that have
 # no multi-GPU part (cuda_graph, row_chunks) in $OUT/runtimes.log.
 #
-#   bash benchmarks/gpu/whole_models.sh [max candidates] [seconds per model]   (about 5 minutes on an H100)
+#   bash benchmarks/gpu/whole_models.sh [max candidates] [seconds per model] [model names, comma-separated]
+#   (about 5 minutes on an H100)
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . benchmarks/gpu/prelude.sh
 iters="${1:-4}"
 per_model="${2:-240}"
+only="${3:-}"
 work=/tmp/kloom-whole-models
 mkdir -p "$work"
 for model in tests/importers/fixtures/whole_models/*.py; do
   name=$(basename "$model" .py)
+  [ -n "$only" ] && [[ ",$only," != *",$name,"* ]] && continue
   echo "== $name" >> "$OUT/whole_models.log"
   COLUMNS=160 timeout "$per_model" python3 -m kloom.cli optimize "$model" -n 1 --device cuda --shapes gpu --max-iters "$iters" --no-kb \
     --profile none --fresh --out "$work/$name" >> "$OUT/whole_models.log" 2>&1

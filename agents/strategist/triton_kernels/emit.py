@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kloom.opgraph import OpGraph, decode_float, has_opaque, tensor_ids
 
-from ..embed import clashes, embed_kernels
+from ..embed import clashes, embed_kernels, runtime_source
 from .compiled import CompiledRegions, NotCompilable
 from .templates import Match
 
@@ -180,14 +180,55 @@ def _replay(graph: OpGraph, matches: list[Match], region) -> list[str]:
     return body
 
 
-def forward_source(graph: OpGraph, matches: list[Match], compile_mode: str | None = None) -> str:
+#: The CUDA-graph runtime a graphed replay carries.
+GRAPH_RUNTIME = "agents.strategist.cuda_graph.runtime"
+
+
+def _graphed(graph: OpGraph, matches: list[Match], guard: str, mutated: list[int]) -> str:
+    """``ModelNew`` whose replay is captured once per input signature in a CUDA graph and replayed
+    with each call's inputs copied in (off a GPU, the replay runs as it is)."""
+    body = _replay(graph, matches, lambda match, names: match.emit(names))
+    lines = "\n".join("            " + line for line in body)
+    return (
+        _SAME
+        + f'''
+
+class ModelNew(Model):
+    """The reference's operators replayed, with {len(matches)} region(s) computed by kloom's kernels,
+    the whole replay captured in a CUDA graph."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kl_graphs = {{}}
+
+    def forward(self, *args):
+        if not ({guard}):
+            return super().forward(*args)
+        if not all(a.is_cuda for a in args if isinstance(a, torch.Tensor)):
+            return self._kl_replay(*args)
+        key = _kloom_key(args)
+        entry = self._kl_graphs.get(key)
+        if entry is None:
+            entry = self._kl_graphs[key] = _kloom_capture(self._kl_replay, args, warmup=3)
+        return _kloom_replay(entry, list(args), {sorted(mutated)!r})
+
+    def _kl_replay(self, *args):
+        with torch.no_grad():
+{lines}
+'''
+    )
+
+
+def forward_source(graph: OpGraph, matches: list[Match], compile_mode: str | None = None, graphed: list[int] | None = None) -> str:
     """``ModelNew`` for the graph with ``matches`` replacing their regions; with ``compile_mode``,
     the replay compiled by inductor in that mode and each region an opaque operator
-    (``compiled.py``)."""
+    (``compiled.py``); with ``graphed`` (the inputs the step mutates), the replay in a CUDA graph."""
     problem = replay_problem(graph)
     if problem:
         raise NotReplayable(problem)
     guard = " and ".join(_guard(graph))
+    if graphed is not None:
+        return _graphed(graph, matches, guard, graphed)
     if compile_mode is None:
         body = _replay(graph, matches, lambda match, names: match.emit(names))
         lines = "\n".join("            " + line for line in body)
@@ -236,12 +277,13 @@ class ModelNew(Model):
     )
 
 
-def candidate_source(reference: str, graph: OpGraph, matches: list[Match], label: str, compile_mode: str | None = None) -> str:
+def candidate_source(reference: str, graph: OpGraph, matches: list[Match], label: str, compile_mode: str | None = None,
+                     graphed: list[int] | None = None) -> str:
     """The whole candidate file; ``NotReplayable`` when a name of the kernels clashes with the
     reference's or the graph cannot be replayed (or, compiled, a region cannot be an operator)."""
     modules = sorted({m for match in matches for m in match.modules})
-    embedded = "\nimport torch\n" + embed_kernels(modules)
-    model = forward_source(graph, matches, compile_mode)
+    embedded = "\nimport torch\n" + embed_kernels(modules) + (runtime_source(GRAPH_RUNTIME) if graphed is not None else "")
+    model = forward_source(graph, matches, compile_mode, graphed)
     clash = clashes(reference, embedded + model)
     if clash:
         raise NotReplayable(f"the reference defines {', '.join(clash)}, which the kernels' code defines too")

@@ -15,28 +15,32 @@ from agents.analysis import Analysis
 from kloom.opgraph import VIEW_OPS
 
 from ..codegen import NotApplicable
-from ..dominance import LAUNCH_MS
+from ..dominance import LAUNCH_MS, graph_costs_more, launch_bound
 from ..embed import EmbedError
 from .emit import NotReplayable, replay_problem
 from .plan import KernelPlan, find_matches, kernel_candidate, measured_kinds
 
 #: The strategy's name in plans, the trajectory and the knowledge base.
 STRATEGY = "triton_kernels"
-#: Its two candidates: the replay run operator by operator, and the replay compiled by inductor
-#: with the kernels' regions as opaque operators (``compiled.py``).
-PLAIN, COMPILED = "kernels", "kernels_compiled"
-KERNEL_WRAPPERS = (PLAIN, COMPILED)
+#: Its candidates: the replay run operator by operator; the replay compiled by inductor with the
+#: kernels' regions as opaque operators (``compiled.py``); and on a GPU, where the step has no
+#: host synchronisation, the replay captured in one CUDA graph, which launches none of it from
+#: the host (``emit.py``, with ``agents/strategist/cuda_graph/runtime.py``).
+PLAIN, COMPILED, GRAPHED = "kernels", "kernels_compiled", "kernels_graph"
+KERNEL_WRAPPERS = (PLAIN, COMPILED, GRAPHED)
 #: Inside a compiled step a region's rival is inductor's own code for it, so the hybrid keeps only
 #: regions of kinds measured at least this much faster than inductor (or not measured yet: the
 #: evaluator decides). On the H100, elementwise chains (1.07x) and reductions (1.03x) were not:
 #: after a convolution they cost inductor's channels-last layout (results/gpu/h100-kernels).
 HYBRID_MARGIN = 1.1
-#: Host time per call of the plain replay (a ``torch.ops.aten`` call or a kernel launched from
-#: Python; views too). On an H100 three small networks replayed at 0.40-0.45x of eager
-#: (``results/gpu/h100-judge-r5``, whole networks): about 2.4 times eager's time per launch.
-REPLAY_CALL_MS = 0.019
-#: Where the predicted speedup is below 1 (the replay's host time outlasts the reference), the
-#: offer goes behind the compiled and graph-captured options, which launch from C++ or a graph.
+#: Host time of the replay on an H100 host (``results/gpu/h100-launch-bound``, three small
+#: networks): each operator replayed as a ``torch.ops.aten`` call took 25-52 us (1.3x eager's
+#: time per operator on the same networks), and each region's kernel call about 200 us more
+#: (the Triton launcher and the region's checks): the plain replays ran at 0.39-0.49x of eager.
+REPLAY_CALL_MS = 0.03
+REGION_CALL_MS = 0.2
+#: Where the predicted speedup is below 1 (the host time outlasts the reference), the offer goes
+#: behind the compiled and graph-captured options, which launch from C++ or a graph.
 BEHIND = 0.1
 
 
@@ -71,16 +75,20 @@ def _unclaimed_compute(plan: KernelPlan, a: Analysis) -> int:
 def predicted_speedup(plan: KernelPlan, a: Analysis, wrapper: str) -> float | None:
     """The candidate's speedup over the reference on a GPU (None without a measured reference):
     the reference's time less what the regions save, or the candidate's host time where that is
-    longer, a launch-bound step. The plain replay makes one Python call per operator left and per
-    region; the compiled one launches, at eager's rate, a kernel per region and per operator left
-    with compute (none fused: a bound, not a forecast)."""
+    longer, a launch-bound step. The plain replay calls every operator left from Python and each
+    region's kernel; the compiled one launches, at eager's rate, a kernel per operator left with
+    compute (none fused: a bound, not a forecast) and calls each region's kernel; a graph
+    launches nothing from the host."""
     if a.device != "cuda" or not a.reference_ms:
         return None
     claimed = {i for m in plan.matches for i in m.nodes}
+    regions = len(plan.matches) * REGION_CALL_MS
     if wrapper == PLAIN:
-        host_ms = (sum(1 for n in a.op_graph.nodes if n.index not in claimed) + len(plan.matches)) * REPLAY_CALL_MS
+        host_ms = sum(1 for n in a.op_graph.nodes if n.index not in claimed) * REPLAY_CALL_MS + regions
+    elif wrapper == COMPILED:
+        host_ms = _unclaimed_compute(plan, a) * LAUNCH_MS + regions
     else:
-        host_ms = (_unclaimed_compute(plan, a) + len(plan.matches)) * LAUNCH_MS
+        host_ms = 0.0
     return a.reference_ms / max(a.reference_ms - plan.saved_ms, host_ms, 1e-9)
 
 
@@ -124,6 +132,11 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
         offers.append(_placed(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"},
                                           score + 0.02 * min(rest, 10), why), hybrid, a))
     offers[0] = _placed(offers[0], plan, a)
+    if a.device == "cuda" and a.graph_capturable and not graph_costs_more(a):
+        lb = launch_bound(a)
+        why = (f"{_rationale(plan, a)}; the replay captured in one CUDA graph, so neither its operators nor its kernels are "
+               f"launched from Python (launch overhead an estimated {100 * lb:.0f}% of the reference's time)")
+        offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0), why))
     return offers
 
 
@@ -133,7 +146,9 @@ def kernel_candidate_for(source: str, analysis: Analysis | None, params: dict, l
     if analysis is None or analysis.op_graph is None:
         raise NotApplicable("the reference was not traced into an op graph")
     try:
-        mode = params.get("compile_mode", "default") if params.get("wrapper") == COMPILED else None
-        return kernel_candidate(source, analysis.op_graph, params.get("templates"), label, mode)
+        wrapper = params.get("wrapper")
+        mode = params.get("compile_mode", "default") if wrapper == COMPILED else None
+        graphed = analysis.mutated_inputs if wrapper == GRAPHED else None
+        return kernel_candidate(source, analysis.op_graph, params.get("templates"), label, mode, graphed=graphed)
     except (NotReplayable, EmbedError) as exc:
         raise NotApplicable(str(exc)) from None

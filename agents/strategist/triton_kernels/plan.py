@@ -130,7 +130,8 @@ def find_matches(
     return KernelPlan(matches, sorted(set(skipped)), saved, _eager_ms(full))
 
 
-def kernel_candidate(reference: str, graph: OpGraph, templates: list[str] | None, label: str, compile_mode: str | None = None) -> str:
+def kernel_candidate(reference: str, graph: OpGraph, templates: list[str] | None, label: str, compile_mode: str | None = None,
+                     graphed: list[int] | None = None) -> str:
     """The candidate file computing ``graph`` with the templates' kernels (``NotReplayable``
     when no template applies or the graph cannot be replayed)."""
     problem = replay_problem(graph)
@@ -139,4 +140,4 @@ def kernel_candidate(reference: str, graph: OpGraph, templates: list[str] | None
     plan = find_matches(graph, templates)
     if not plan.matches:
         raise NotReplayable("no kernel template matches the traced operators")
-    return candidate_source(reference, graph, plan.matches, label, compile_mode)
+    return candidate_source(reference, graph, plan.matches, label, compile_mode, graphed)

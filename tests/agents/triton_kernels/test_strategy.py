@@ -17,7 +17,7 @@ from agents.roles import KBAdvice, KernelHint
 from agents.strategist import OfflineCoder, OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.triton_kernels import plan as kernel_plan
-from agents.strategist.triton_kernels.option import STRATEGY, kernel_offers
+from agents.strategist.triton_kernels.option import GRAPHED, STRATEGY, kernel_candidate_for, kernel_offers
 from kloom.static_check import check_candidate
 
 FIXTURES = ["softmax_rows", "layernorm_affine", "sum_then_chain", "cross_entropy", "argmax_dim", "norms_and_scans", "triplet_margin"]
@@ -84,6 +84,35 @@ def test_candidates_are_correct_under_the_real_evaluator(interpreted_evaluator, 
     assert plan.strategy == STRATEGY, plan
     code = OfflineCoder().write(plan, ctx).code
     assert code is not None and check_candidate(code) == []
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(code)
+    result = interpreted_evaluator.evaluate(path, candidate, world_size=1)
+    assert result.status == "correct", (result.status, result.error)
+
+
+def test_a_graphed_replay_is_offered_on_a_gpu_without_host_syncs_only(interpret):
+    a = _analysis("softmax_rows", device="cuda")
+    a.reference_ms = len(a.op_graph.nodes) * 0.008
+    graphed = [o for o in kernel_offers(a) if o.params["wrapper"] == GRAPHED]
+    assert len(graphed) == 1 and "captured in one CUDA graph" in graphed[0].rationale
+    plain = next(o for o in kernel_offers(a) if o.params["wrapper"] == "kernels")
+    assert graphed[0].score > plain.score, "on a launch-bound step the graph goes before the plain replay"
+    a.host_syncs = 1
+    assert not [o for o in kernel_offers(a) if o.params["wrapper"] == GRAPHED], "a host sync cannot be captured"
+    assert not [o for o in kernel_offers(_analysis("softmax_rows")) if o.params["wrapper"] == GRAPHED], "no graph off a GPU"
+
+
+@pytest.mark.slow
+def test_the_graphed_candidate_is_correct_under_the_real_evaluator(interpreted_evaluator, interpret, tmp_path, monkeypatch):
+    """Off a GPU its forward runs the replay itself (the capture is the GPU test's): the code, the
+    embedded graph runtime and the guard are what this checks."""
+    monkeypatch.setattr(kernel_plan, "WINS_FILE", tmp_path / "no_wins.json")
+    path = tmp_path / "renamed.py"
+    shutil.copy(WORKLOADS / "layernorm_affine.py", path)
+    traces = interpreted_evaluator.analyze(path, world_size=1)
+    analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
+    code = kernel_candidate_for(path.read_text(), analysis, {"wrapper": GRAPHED, "templates": None}, "graphed")
+    assert "_kloom_capture(self._kl_replay" in code and check_candidate(code) == []
     candidate = tmp_path / "candidate.py"
     candidate.write_text(code)
     result = interpreted_evaluator.evaluate(path, candidate, world_size=1)
