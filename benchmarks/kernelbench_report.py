@@ -116,6 +116,10 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         k = r.get("kloom") or {}
         ci = k.get("speedup_ci")
         speed = "-" if k.get("measured_speedup") is None else f"{k['measured_speedup']:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        won = k.get("outcome") == "faster kernel found"
+        if k.get("correct") and not won:
+            # The job kept the reference: its result is 1.0x, whatever its best candidate measured.
+            speed = f"1.000x (kept the reference; best candidate {speed})"
         mem_k = ((k.get("device_memory") or {}).get("above_idle_gib"))
         ref_mem = r.get("reference_memory") or {}
         mem_r = (ref_mem.get("device") or {}).get("above_idle_gib")
@@ -131,7 +135,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         lines.append(
             f"| {r['workload']} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
             f"{_f(k.get('reference_ms'), '.4g')} / {_f(k.get('best_ms'), '.4g')} | {speed} | {k.get('outcome', '-')} | "
-            f"{k.get('made_by') or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
+            f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
         )
     failed = [r for r in rows if r.get("status") == "measured" and not (r.get("kloom") or {}).get("correct")]
     if failed:

@@ -199,6 +199,8 @@ def made_by(step) -> str:
         return "reference"
     if wrapper == "kernels":
         return "kloom kernels"
+    if wrapper == "kernels_graph":
+        return "kloom kernels in a CUDA graph"
     if "compile" in wrapper or params.get("inner") == "compile":
         return "inductor"
     if wrapper == "graph":
