@@ -180,6 +180,11 @@ def _replay(graph: OpGraph, matches: list[Match], region) -> list[str]:
     return body
 
 
+def _kernel_lines(graph: OpGraph, matches: list[Match]) -> str:
+    """The replay with each region's kernel call, indented as the body of a ``with`` in a method."""
+    return "\n".join("            " + line for line in _replay(graph, matches, lambda match, names: match.emit(names)))
+
+
 #: The CUDA-graph runtime a graphed replay carries.
 GRAPH_RUNTIME = "agents.strategist.cuda_graph.runtime"
 
@@ -187,8 +192,7 @@ GRAPH_RUNTIME = "agents.strategist.cuda_graph.runtime"
 def _graphed(graph: OpGraph, matches: list[Match], guard: str, mutated: list[int]) -> str:
     """``ModelNew`` whose replay is captured once per input signature in a CUDA graph and replayed
     with each call's inputs copied in (off a GPU, the replay runs as it is)."""
-    body = _replay(graph, matches, lambda match, names: match.emit(names))
-    lines = "\n".join("            " + line for line in body)
+    lines = _kernel_lines(graph, matches)
     return (
         _SAME
         + f'''
@@ -230,8 +234,7 @@ def forward_source(graph: OpGraph, matches: list[Match], compile_mode: str | Non
     if graphed is not None:
         return _graphed(graph, matches, guard, graphed)
     if compile_mode is None:
-        body = _replay(graph, matches, lambda match, names: match.emit(names))
-        lines = "\n".join("            " + line for line in body)
+        lines = _kernel_lines(graph, matches)
         return (
             _SAME
             + f'''
