@@ -74,13 +74,7 @@ _BODY_COMPILED_CLONE = '''        out = self._kloom_fn(*args)
         # cudagraph trees reuse output buffers on the next call: hand back owned tensors.
         return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)'''
 
-_BODY_GRAPH = '''        if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
-            return self._kloom_fn(*args)
-        key = _kloom_key(args)
-        entry = self._kloom_graphs.get(key)
-        if entry is None:
-            entry = self._kloom_graphs[key] = _kloom_capture(self._kloom_fn, args, warmup={warmup})
-        return _kloom_replay(entry, list(args), {mutated})'''
+_BODY_GRAPH = '''        return _kloom_graphed(self._kloom_graphs, self._kloom_fn, args, {warmup}, {mutated})'''
 
 
 

@@ -51,3 +51,15 @@ def _kloom_replay(entry, args, mutated):
     for i in mutated:
         args[i].copy_(static[i])
     return _kl_pytree.tree_map(lambda t: t.clone() if isinstance(t, _kl_torch.Tensor) else t, out)
+
+
+def _kloom_graphed(graphs, fn, args, warmup, mutated):
+    """``fn`` on ``args`` through the CUDA graph kept in ``graphs`` for their signature, captured
+    at the first call with it; where an input is not on a GPU, ``fn`` itself."""
+    if not all(a.is_cuda for a in args if isinstance(a, _kl_torch.Tensor)):
+        return fn(*args)
+    key = _kloom_key(args)
+    entry = graphs.get(key)
+    if entry is None:
+        entry = graphs[key] = _kloom_capture(fn, args, warmup)
+    return _kloom_replay(entry, list(args), mutated)

@@ -18,9 +18,22 @@ def test_the_key_tells_signatures_apart_and_the_copies_are_new_tensors():
     assert copies[1] == "x" and torch.equal(copies[0], a) and copies[0].data_ptr() != a.data_ptr()
 
 
+def test_off_a_gpu_the_graphed_call_is_the_function_itself():
+    graphs = {}
+    calls = []
+
+    def step(x):
+        calls.append(x)
+        return x * 2
+
+    x = torch.randn(4)
+    assert torch.equal(rt._kloom_graphed(graphs, step, [x], 3, []), x * 2)
+    assert len(calls) == 1 and graphs == {}, "no warm-up and no capture on the CPU"
+
+
 def test_the_candidate_carries_the_module_without_its_docstring():
     text = runtime_source("agents.strategist.cuda_graph.runtime")
-    assert "def _kloom_capture(" in text and "def _kloom_replay(" in text and "This module is the runtime" not in text
+    assert "def _kloom_capture(" in text and "def _kloom_replay(" in text and "def _kloom_graphed(" in text and "This module is the runtime" not in text
     compile(text, "<candidate>", "exec")
 
 

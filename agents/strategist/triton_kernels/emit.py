@@ -208,13 +208,7 @@ class ModelNew(Model):
     def forward(self, *args):
         if not ({guard}):
             return super().forward(*args)
-        if not all(a.is_cuda for a in args if isinstance(a, torch.Tensor)):
-            return self._kl_replay(*args)
-        key = _kloom_key(args)
-        entry = self._kl_graphs.get(key)
-        if entry is None:
-            entry = self._kl_graphs[key] = _kloom_capture(self._kl_replay, args, warmup=3)
-        return _kloom_replay(entry, list(args), {sorted(mutated)!r})
+        return _kloom_graphed(self._kl_graphs, self._kl_replay, args, 3, {sorted(mutated)!r})
 
     def _kl_replay(self, *args):
         with torch.no_grad():
