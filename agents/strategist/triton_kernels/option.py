@@ -134,7 +134,7 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
     offers[0] = _placed(offers[0], plan, a)
     if a.device == "cuda" and a.graph_capturable and not graph_costs_more(a):
         lb = launch_bound(a)
-        why = (f"{_rationale(plan, a)}; the replay captured in one CUDA graph, so neither its operators nor its kernels are "
+        why = (f"{rationale}; the replay captured in one CUDA graph, so neither its operators nor its kernels are "
                f"launched from Python (launch overhead an estimated {100 * lb:.0f}% of the reference's time)")
         offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0), why))
     return offers

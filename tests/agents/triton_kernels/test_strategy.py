@@ -112,7 +112,7 @@ def test_the_graphed_candidate_is_correct_under_the_real_evaluator(interpreted_e
     traces = interpreted_evaluator.analyze(path, world_size=1)
     analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
     code = kernel_candidate_for(path.read_text(), analysis, {"wrapper": GRAPHED, "templates": None}, "graphed")
-    assert "_kloom_capture(self._kl_replay" in code and check_candidate(code) == []
+    assert "_kloom_graphed(self._kl_graphs, self._kl_replay" in code and check_candidate(code) == []
     candidate = tmp_path / "candidate.py"
     candidate.write_text(code)
     result = interpreted_evaluator.evaluate(path, candidate, world_size=1)
