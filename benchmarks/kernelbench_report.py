@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gpu.kernelbench_run import read_rows  # noqa: E402
+from kloom.speedup import FASTER, REFERENCE_COPY  # noqa: E402
 
 
 def geomean(values: list[float]) -> float | None:
@@ -51,8 +52,8 @@ def build(rows: list[dict]) -> dict:
     measured = [r for r in rows if r.get("status") == "measured"]
     kloom = [r["kloom"] for r in measured if r.get("kloom")]
     correct = [k for k in kloom if k.get("correct")]
-    wins = [k for k in correct if k.get("outcome") == "faster kernel found"]
-    any_above = [k for k in correct if (k.get("measured_speedup") or 0) > 1.0 and k.get("strategy") != "reference_copy"]
+    wins = [k for k in correct if k.get("outcome") == FASTER]
+    any_above = [k for k in correct if (k.get("measured_speedup") or 0) > 1.0 and k.get("strategy") != REFERENCE_COPY]
     beats_compile, compared = 0, 0
     for r in measured:
         k = r.get("kloom") or {}
@@ -116,7 +117,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         k = r.get("kloom") or {}
         ci = k.get("speedup_ci")
         speed = "-" if k.get("measured_speedup") is None else f"{k['measured_speedup']:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
-        won = k.get("outcome") == "faster kernel found"
+        won = k.get("outcome") == FASTER
         if k.get("correct") and not won:
             # The job kept the reference: its result is 1.0x, whatever its best candidate measured.
             speed = f"1.000x (kept the reference; best candidate {speed})"

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from kloom.speedup import REFERENCE_COPY  # noqa: E402
 from services.worker.evaluator import precision  # noqa: E402
 
 KB_TOLERANCE = 1e-2
@@ -195,7 +196,7 @@ def made_by(step) -> str:
     """What produced the best kernel: kloom's own kernels, inductor, a CUDA graph, cuDNN tuning."""
     params = step.plan.params or {}
     wrapper = params.get("wrapper", "none")
-    if step.plan.strategy == "reference_copy":
+    if step.plan.strategy == REFERENCE_COPY:
         return "reference"
     if wrapper == "kernels":
         return "kloom kernels"

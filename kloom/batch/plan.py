@@ -40,7 +40,6 @@ class BatchSettings:
         )
 
 
-
 def plan_batch(settings: BatchSettings) -> tuple[list, list[tuple[str, str]]]:
     """The suite's workloads that this batch runs, and those it leaves out with the reason."""
     picked = select(settings.suite, settings.world_size, settings.workloads)
