@@ -30,7 +30,15 @@ args=(bench run --suite "$suite" -n "$ws" --device "$device" --max-iters "${PKB_
 echo "kloom suite import pkb $src --out $suite; python3 -m kloom.cli ${args[*]}" > "$dir/command.txt"
 left=$((budget - SECONDS - 40))
 echo "batch budget ${left} s after ${SECONDS} s of prelude and import"
-timeout -s INT "$left" python3 -m kloom.cli "${args[@]}" 2>&1 | tee -a "$OUT/pkb-ws${ws}.log" | grep -v "^\s*$" | grep -v -i warning | tail -70
+# One process per workload: a crash of the batch process (seen: glibc's "free(): invalid next
+# size" after a symmetric-memory job) costs that workload only, with its traceback in the log.
+export PYTHONFAULTHANDLER=1
+end=$((SECONDS + left))
+for w in $(ls "$suite" | grep '\.py$' | sed 's/\.py$//' | sort -t_ -k2 -n); do
+  rest=$((end - SECONDS)); [ "$rest" -gt 20 ] || { echo "out of time before $w"; break; }
+  timeout -s INT "$rest" python3 -m kloom.cli "${args[@]}" -w "$w" 2>&1 | tee -a "$OUT/pkb-ws${ws}.log" | grep -E "^(start|pkb_|Fatal|free|Segm|Abort)|Error" | grep -v -i warning | tail -6
+  pkill -9 -f "[s]ervices.worker.evaluator.rank" 2>/dev/null
+done
 pkill -9 -f "[s]ervices.worker.evaluator.rank" 2>/dev/null
 python3 -m kloom.cli bench report "$dir" > "$OUT/report-ws${ws}.txt" 2>&1
 tail -30 "$OUT/report-ws${ws}.txt"
