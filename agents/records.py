@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 from kloom.clock import timestamp
 from kloom.evaluation import BaselineResult, EvalResult, TimingRecord
 from kloom.profile import Profile
-from kloom.speedup import FASTER, NO_FASTER, REFERENCE_COPY, measured, reported_speedup
+from kloom.speedup import FASTER, NO_FASTER, REFERENCE_COPY, measured, reported_speedup, self_timing_bias
 
 from .analysis import Analysis
 
@@ -204,6 +204,14 @@ class Trajectory:
         return best.reported_speedup if best else None
 
     @property
+    def self_bias(self) -> float:
+        """The side bias of this job's timing (``kloom.speedup.self_timing_bias``): how far the
+        reference's own copy, when a step ran it correctly, read from 1.0x (the copy read
+        furthest from 1.0 where several did)."""
+        copies = [s.speedup for s in self.steps if s.plan.strategy == REFERENCE_COPY and s.speedup is not None]
+        return max((self_timing_bias(x) for x in copies), default=0.0)
+
+    @property
     def outcome(self) -> str:
         """What the job found, in the words every report uses: ``faster kernel found`` (the best
         kernel beats the reference beyond the 95% interval of its timing), ``no faster kernel
@@ -212,7 +220,7 @@ class Trajectory:
         best = self.best_step
         if best is None:
             return "no correct kernel"
-        m = measured(best.timing)
+        m = measured(best.timing, self.self_bias)
         if best.plan.strategy == REFERENCE_COPY or m is None or not m.measurable_win:
             return NO_FASTER
         return FASTER

@@ -52,14 +52,15 @@ def job_key(trajectory: Trajectory) -> str:
     return "local-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
-def beat_baseline(step: Step) -> bool:
+def beat_baseline(step: Step, bias: float = 0.0) -> bool:
     """Whether a step's candidate was correct and measurably faster than the reference. The
-    reference run as a candidate (``reference_copy``) never is: its speedup measures noise."""
+    reference run as a candidate (``reference_copy``) never is: its speedup measures noise.
+    ``bias``: the job's side bias (``Trajectory.self_bias``), which the win must clear too."""
     speedup = step.speedup
     if speedup is None or step.plan.strategy == REFERENCE_COPY:
         return False
     timing = step.timing
-    margin = MIN_GAIN
+    margin = max(MIN_GAIN, bias)
     after = timing.reference_after
     if after and timing.reference_ms:
         again = max(t.median_ms for t in after)
@@ -199,9 +200,10 @@ def kept_steps(traj: Trajectory) -> list[Step]:
     beat the baseline, and none at all unless the job's best step is one."""
     best = traj.best_step
     sha = traj.workload_sha256
-    if best is None or admission.refusal(best, sha) or not beat_baseline(best):
+    bias = traj.self_bias
+    if best is None or admission.refusal(best, sha) or not beat_baseline(best, bias):
         return []
-    return [s for s in traj.steps if not admission.refusal(s, sha) and beat_baseline(s)]
+    return [s for s in traj.steps if not admission.refusal(s, sha) and beat_baseline(s, bias)]
 
 
 def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: str) -> int:
@@ -243,10 +245,10 @@ def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: 
     return count
 
 
-def _representative(tried: list[tuple[Step, dict[str, Any]]]) -> tuple[Step, dict[str, Any]]:
+def _representative(tried: list[tuple[Step, dict[str, Any]]], bias: float) -> tuple[Step, dict[str, Any]]:
     """A strategy's step that speaks for it in a job: its fastest win, else its fastest correct
     step, else its last."""
-    for pool in ([t for t in tried if beat_baseline(t[0])], [t for t in tried if t[0].speedup is not None]):
+    for pool in ([t for t in tried if beat_baseline(t[0], bias)], [t for t in tried if t[0].speedup is not None]):
         if pool:
             return max(pool, key=lambda t: (t[0].speedup, -t[0].index))
     return tried[-1]
@@ -261,9 +263,9 @@ def _record_strategies(session: Session, traj: Trajectory, sig: Signature, job_i
     table = KBStrategy.__table__
     # Sorted, so that every transaction locks strategy rows in the same order (no deadlocks).
     for name in sorted(by_name):
-        step, params = _representative(by_name[name])
+        step, params = _representative(by_name[name], traj.self_bias)
         speedup = step.speedup
-        won = beat_baseline(step)
+        won = beat_baseline(step, traj.self_bias)
         size = sig.total_input_bytes or None
         stmt = _insert(session, KBStrategy).values(
             name=name,

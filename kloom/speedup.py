@@ -112,11 +112,15 @@ class Measured:
     low: float | None
     high: float | None
     interval_from: Literal["samples", "statistics", "none"]
+    #: The side bias this job measured by timing the reference against its own copy
+    #: (``self_timing_bias``); 0 where none was measured.
+    bias: float = 0.0
 
     @property
     def floor(self) -> float:
-        """The between-evaluation noise of calls this long (``noise_floor``)."""
-        return noise_floor(min(self.reference_ms, self.candidate_ms))
+        """What a verdict does not take for a change: the between-evaluation noise of calls this
+        long (``noise_floor``), compounded with the job's measured side bias."""
+        return (1 + noise_floor(min(self.reference_ms, self.candidate_ms))) * (1 + self.bias) - 1
 
     @property
     def verdict(self) -> Verdict:
@@ -141,9 +145,21 @@ def reported_speedup(speedup: float | None, strategy: str | None) -> float | Non
     return min(speedup, 1.0)
 
 
-def measured(timing: TimingRecord | None) -> Measured | None:
+def self_timing_bias(self_speedup: float | None) -> float:
+    """How far one side of the judge was favoured in a job, from the reference timed against its
+    own copy (``REFERENCE_COPY``), which would read 1.0x on an unbiased judge: 0.335 for a copy
+    that read 1.335x or 1/1.335x. On 2xH200 such copies read 0.85-1.34x with intervals that
+    excluded 1.0 (results/gpu/pkb-ws2), so a candidate of the same job is credited only with a
+    change beyond that. 0 when the job timed no copy."""
+    if self_speedup is None or not math.isfinite(self_speedup) or self_speedup <= 0:
+        return 0.0
+    return max(self_speedup, 1 / self_speedup) - 1
+
+
+def measured(timing: TimingRecord | None, bias: float = 0.0) -> Measured | None:
     """The speedup of an evaluation's timing: its two medians, and the interval the evaluator
-    computed from the samples, or one from the statistics."""
+    computed from the samples, or one from the statistics; ``bias``: the job's side bias
+    (``self_timing_bias``), which widens the verdict's floor."""
     if timing is None or timing.speedup is None or timing.candidate_ms is None:
         return None
     reference_ms = timing.reference_ms
@@ -155,4 +171,4 @@ def measured(timing: TimingRecord | None) -> Measured | None:
         found = stats_interval(timing.reference or [], timing.candidate or [])
         low, high = found if found else (None, None)
         source = "statistics" if found else "none"
-    return Measured(float(reference_ms), float(timing.candidate_ms), float(timing.speedup), low, high, source)
+    return Measured(float(reference_ms), float(timing.candidate_ms), float(timing.speedup), low, high, source, bias)

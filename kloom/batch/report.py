@@ -121,6 +121,8 @@ def to_markdown(report: BatchReport) -> str:
         "",
         "Each speedup divides the reference's time by the best kernel's, both from the same interleaved",
         "measurement, with its 95% interval; one whose interval includes 1.0 is no measurable change.",
+        "Where the job timed the reference against its own copy and that read off 1.0x, a win must",
+        "also clear that side bias (shown beside the verdict as \"self-timing N% off\").",
         "",
         *workload_table(report.rows),
     ]
@@ -142,6 +144,10 @@ def to_markdown(report: BatchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: A side bias below this is within the noise floor and not shown beside the verdict.
+SHOWN_BIAS = 0.02
+
+
 def workload_table(rows: list[ReportRow]) -> list[str]:
     """The per-workload table (Markdown), as `kloom bench report` prints it too."""
     lines = [
@@ -151,9 +157,10 @@ def workload_table(rows: list[ReportRow]) -> list[str]:
     for r in rows:
         ms, ci = r.measured_speedup, r.speedup_ci
         speedup = "-" if ms is None else f"{ms:.3f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        verdict = (r.verdict or "-") + (f" (self-timing {r.self_bias:.0%} off)" if r.verdict and r.self_bias >= SHOWN_BIAS else "")
         lines.append(
             f"| {r.workload} | {r.family} | {r.outcome or '-'} | {_fmt(r.reference_ms, '.4g')} | {_fmt(r.best_ms, '.4g')} | "
-            f"{speedup} | {r.verdict or '-'} | {_fmt(r.floor_ms, '.3g')} | "
+            f"{speedup} | {verdict} | {_fmt(r.floor_ms, '.3g')} | "
             f"{_fmt(r.fraction_of_floor and 100 * r.fraction_of_floor, '.1f')} | {r.strategy or '-'} | {r.state} |"
         )
     return lines

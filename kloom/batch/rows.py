@@ -51,6 +51,9 @@ class ReportRow:
     speedup_ci: list[float] | None = None
     ci_from: str | None = None
     verdict: str | None = None
+    #: The job's side bias (``Trajectory.self_bias``: the reference against its own copy), which
+    #: the verdict allowed for; 0 where no copy was timed.
+    self_bias: float = 0.0
     floor_ms: float | None = None
     dominant: str | None = None
     fraction_of_floor: float | None = None
@@ -87,7 +90,7 @@ class ReportRow:
 def report_row(traj: Trajectory, records: ProfileRecords | None = None) -> ReportRow:
     """One workload's line of a batch report (shared by ``kloom bench`` and the API)."""
     best = traj.best_step
-    m = measured(best.timing) if best else None
+    m = measured(best.timing, traj.self_bias) if best else None
     baseline = traj.baseline
     roofline = baseline.roofline if baseline else None
     ws = traj.job.world_size
@@ -109,6 +112,7 @@ def report_row(traj: Trajectory, records: ProfileRecords | None = None) -> Repor
         speedup_ci=[m.low, m.high] if m and m.low is not None else None,
         ci_from=m.interval_from if m else None,
         verdict=m.verdict if m else None,
+        self_bias=traj.self_bias,
         floor_ms=roofline.floor_ms if roofline else None,
         dominant=roofline.dominant if roofline else None,
         fraction_of_floor=best.fraction_of_floor if best else None,

@@ -107,7 +107,7 @@ def _print_summary(console: Console, traj, sink) -> None:
     for col in ("step", "strategy", "status", "reference ms", "ms", "speedup (95% CI)", "verdict", "% of floor"):
         table.add_column(col)
     for step in traj.steps:
-        m = measured(step.timing) if step.correct else None
+        m = measured(step.timing, traj.self_bias) if step.correct else None
         ci = f" ({m.low:.2f}-{m.high:.2f})" if m and m.low is not None else ""
         table.add_row(
             str(step.index),
@@ -122,7 +122,7 @@ def _print_summary(console: Console, traj, sink) -> None:
     console.print(table)
     best = traj.best_step
     if best:
-        m = measured(best.timing)
+        m = measured(best.timing, traj.self_bias)
         what = m.text() if m else f"{traj.best_speedup:.3f}x"
         if traj.outcome == FASTER:
             console.print(f"faster kernel found: step {best.index} ({best.plan.strategy}), {what}; kernel in {sink.directory / 'best_kernel.py'}")

@@ -17,7 +17,7 @@ from agents.records import JobSpec, Plan, Step, Trajectory
 from agents.roles import PlanningContext
 from agents.verifier import beats_best, feedback
 from kloom.batch.aggregate import fast_p
-from kloom.batch.report import build_report, to_markdown
+from kloom.batch.report import build_report, to_markdown, workload_table
 from kloom.batch.rows import report_row
 from kloom.cli import app
 from kloom.speedup import REFERENCE_COPY, measured, paired_interval, reported_speedup, stats_interval, verdict
@@ -153,3 +153,30 @@ def test_a_new_best_is_judged_by_the_rule_that_picks_the_best_step():
     assert not beats_best(result, Plan(strategy=REFERENCE_COPY), ctx) and beats_best(result, Plan(strategy="cuda_graph"), ctx)
     assert "not better than step 0" in feedback(result, Plan(strategy=REFERENCE_COPY), None, ctx)
     assert "new best: 1.300x against step 0's 1.100x" in feedback(result, Plan(strategy="cuda_graph"), None, ctx)
+
+
+def test_a_win_must_clear_the_side_bias_the_job_measured_on_the_reference_copy():
+    # A 1.25x candidate with a tight interval is a win where the reference's own copy read 1.0x...
+    candidate = ("cuda_graph", _timing(_samples(1.25, 60, 31, spread=0.01), _samples(1.0, 60, 32, spread=0.01)))
+    fair = _traj(("reference_copy", _timing(_samples(1.0, 60, 33, spread=0.01), _samples(1.0, 60, 34, spread=0.01))), candidate)
+    assert fair.self_bias < 0.02 and fair.outcome == "faster kernel found"
+    # ...and not where the same judge favoured the candidate's side by 1.33x (seen on 2xH200:
+    # results/gpu/pkb-ws2): the copy measures the bias, and the candidate does not clear it.
+    biased = _traj(("reference_copy", _timing(_samples(1.33, 60, 35, spread=0.01), _samples(1.0, 60, 36, spread=0.01))), candidate)
+    assert biased.self_bias == pytest.approx(0.33, abs=0.02)
+    assert biased.outcome == "no faster kernel found" and biased.result_speedup == 1.0
+    row = report_row(biased)
+    assert row.verdict == "no measurable change" and row.self_bias == pytest.approx(biased.self_bias)
+    assert "no measurable change (self-timing 3" in "\n".join(workload_table([row]))
+    # The knowledge base's admission margin takes the bias too: the step is not kept as a win.
+    from kb.ingest import beat_baseline
+
+    step = biased.steps[1]
+    assert beat_baseline(step) and not beat_baseline(step, biased.self_bias)
+    # A bias against the candidate's side (the copy read 1/1.33x) widens the floor the same way.
+    slow_side = _traj(("reference_copy", _timing(_samples(1.0, 60, 37, spread=0.01), _samples(1.33, 60, 38, spread=0.01))), candidate)
+    assert slow_side.self_bias == pytest.approx(0.33, abs=0.02) and slow_side.outcome == "no faster kernel found"
+    # A win beyond the bias still counts.
+    big = _traj(("reference_copy", _timing(_samples(1.33, 60, 35, spread=0.01), _samples(1.0, 60, 36, spread=0.01))),
+                ("cuda_graph", _timing(_samples(2.0, 60, 39, spread=0.01), _samples(1.0, 60, 40, spread=0.01))))
+    assert big.outcome == "faster kernel found"
