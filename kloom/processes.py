@@ -96,11 +96,14 @@ def _all_threads_stopped(pid: int) -> bool:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """User and system CPU time of ``pid`` (0 when it is gone)."""
+    """User and system CPU time of ``pid`` and of the children it has waited for (0 when it is
+    gone). The children's part keeps the sum growing when a process works through short-lived
+    children (inductor runs the C++ compiler once per kernel): a child's time leaves its own
+    ``/proc`` entry when it exits and is counted in its parent's from then on."""
     fields = _stat_fields(f"/proc/{pid}/stat")
-    if len(fields) < 13:
+    if len(fields) < 15:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _CLOCK_TICKS
 
 
 def _stat_fields(path: str) -> list[str]:
