@@ -39,7 +39,6 @@ for w in $(ls "$suite" | grep '\.py$' | sed 's/\.py$//' | sort -t_ -k2 -n); do
   timeout -s INT "$rest" python3 -m kloom.cli "${args[@]}" -w "$w" 2>&1 | tee -a "$OUT/pkb-ws${ws}.log" | grep -E "^(start|pkb_|Fatal|free|Segm|Abort)|Error" | grep -v -i warning | tail -6
   pkill -9 -f "[s]ervices.worker.evaluator.rank" 2>/dev/null
 done
-pkill -9 -f "[s]ervices.worker.evaluator.rank" 2>/dev/null
 python3 -m kloom.cli bench report "$dir" > "$OUT/report-ws${ws}.txt" 2>&1
 tail -30 "$OUT/report-ws${ws}.txt"
 tar czf "$OUT/pkb-ws${ws}.tgz" "$dir"
