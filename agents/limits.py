@@ -7,6 +7,12 @@ import time
 from .records import Limits, Usage
 
 
+#: The allowance past the wall-time limit of a baseline or a fallback step (``Budget.essential_s``):
+#: on a CPU, the reference's copy on warm ranks takes 3-10 s; on a GPU, 3-5 s (PKB at world size 2).
+ESSENTIAL_MIN_S = 30.0
+ESSENTIAL_SHARE = 0.5
+
+
 class LimitReached(Exception):
     """A limit stops the job; the message says which, ``kind`` names it (iterations, wall_time,
     tokens, budget)."""
@@ -35,6 +41,17 @@ class Budget:
         if self.limits.max_wall_s is None:
             return None
         return max(0.0, self.limits.max_wall_s - self.elapsed_s())
+
+    def essential_s(self) -> float | None:
+        """The deadline of what a job needs even when its clock has run out: the reference's
+        baseline, and the one fallback step (the reference's copy, so that a job stopped by its
+        clock still ends with a correct kernel). What is left of the limit, but at least
+        ESSENTIAL_MIN_S and ESSENTIAL_SHARE of the limit: a job ends within its limit plus that
+        allowance for each, however slow its reference is."""
+        if self.limits.max_wall_s is None:
+            return None
+        allowance = max(ESSENTIAL_MIN_S, ESSENTIAL_SHARE * self.limits.max_wall_s)
+        return max(allowance, self.remaining_s() or 0.0)
 
     def steps_after_this(self) -> int:
         """The steps the iteration limit leaves after the one in flight (not yet recorded)."""

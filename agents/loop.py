@@ -109,7 +109,7 @@ class JobLoop:
         step.started_at = timestamp()
         code = self.draft(step, ctx, fallback)
         if code is not None:
-            self.verify(step, code, ctx, deadline=None if fallback is not None else self.budget.remaining_s())
+            self.verify(step, code, ctx, deadline=self.budget.essential_s() if fallback is not None else self.budget.remaining_s())
         step.finished_at = timestamp()
         self.record(step)
         if fallback is not None:
@@ -210,9 +210,13 @@ class JobLoop:
         traj.state = "running"
         self.sink.save(traj, None)
         if traj.baseline is None:
-            baseline = self.evaluator.baseline(spec.workload, world_size=spec.world_size)
+            deadline, t0 = self.budget.essential_s(), time.monotonic()
+            baseline = self.evaluator.baseline(spec.workload, world_size=spec.world_size, deadline_s=deadline)
             if baseline.status != "correct":
                 message = baseline.error.message if baseline.error else baseline.status
+                if baseline.status == "timeout" and deadline is not None and time.monotonic() - t0 >= deadline - 0.5:
+                    raise JobStopped(f"the job's time ran out ({deadline:.0f} s for the reference's baseline, its wall-time limit "
+                                     f"{spec.limits.max_wall_s:.0f} s) before the reference was timed: {message}")
                 raise JobFailed(f"the reference itself failed ({baseline.status}): {message}")
             traj.baseline = baseline
             self.sink.save(traj, None)

@@ -106,13 +106,56 @@ def test_job_resumes_without_redoing_steps(evaluator, tmp_path):
     assert len({(s.plan.strategy, json.dumps(s.plan.params, sort_keys=True)) for s in resumed.steps}) == len(resumed.steps)
 
 
+class DeadlinesSeen:
+    """The evaluator, with a note of the deadline each baseline and evaluation was given."""
+
+    def __init__(self, inner):
+        self.inner, self.baselines, self.evaluations = inner, [], []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def baseline(self, *args, **kwargs):
+        self.baselines.append(kwargs.get("deadline_s"))
+        return self.inner.baseline(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        self.evaluations.append(kwargs.get("deadline_s"))
+        return self.inner.evaluate(*args, **kwargs)
+
+
 def test_a_limit_with_no_correct_candidate_still_ends_with_one(evaluator, tmp_path):
+    """A job whose clock ran out before its first step still times the reference and runs the
+    fallback (the reference's copy), each within a bounded allowance past the limit (not
+    unbounded: a slow reference would hold the worker for as long as its timing took)."""
+    from agents.limits import ESSENTIAL_MIN_S
+
     workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "linear_allreduce.py"
     spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=5, max_wall_s=0.0), profile="none", use_kb=False)
-    traj = run_job(spec, FileSink(tmp_path), evaluator=evaluator)
+    seen = DeadlinesSeen(evaluator)
+    traj = run_job(spec, FileSink(tmp_path), evaluator=seen)
     assert traj.state == "stopped" and "wall-time" in traj.stop_reason
     assert [s.plan.strategy for s in traj.steps] == ["reference_copy"]
     assert traj.best_step is not None
+    assert seen.baselines == [ESSENTIAL_MIN_S] and seen.evaluations == [ESSENTIAL_MIN_S]
+
+
+def test_a_job_whose_reference_outlasts_its_time_stops_with_the_reason(evaluator, tmp_path, monkeypatch):
+    """The baseline of a reference too slow for the job's time ends by the deadline, and the job
+    stops saying so (it is the limit, not the reference, that failed)."""
+    import time
+
+    import agents.limits
+
+    workload = Path(__file__).parents[1] / "evaluator" / "workloads" / "slow_reference.py"
+    spec = JobSpec(workload=str(workload), world_size=2, limits=Limits(max_iters=5, max_wall_s=1.0), profile="none", use_kb=False)
+    monkeypatch.setattr(agents.limits, "ESSENTIAL_MIN_S", 2.0)  # a short allowance, so that the test is short
+    started = time.monotonic()
+    traj = run_job(spec, FileSink(tmp_path), evaluator=evaluator)
+    took = time.monotonic() - started
+    assert traj.state == "stopped", traj.stop_reason
+    assert "time ran out" in traj.stop_reason and "before the reference was timed" in traj.stop_reason
+    assert took < 2.0 + 10.0, f"the job took {took:.0f} s against a 2 s allowance"
 
 
 def test_a_broken_workload_fails_the_job_with_its_reason(evaluator, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,16 @@ def test_baseline_times_the_reference_alone(evaluator):
     assert result.status == "correct"
     assert len(result.times) == 2 and result.reference_ms > 0
     assert result.roofline.reference_fraction is not None
+
+
+def test_a_baseline_ends_by_its_deadline(evaluator):
+    """A reference slow enough that its timing takes a while (0.4 s a call): given a deadline
+    (a job's wall-time limit), the baseline ends by it as a timeout that says so."""
+    started = time.monotonic()
+    result = evaluator.baseline(HERE / "workloads" / "slow_reference.py", world_size=2, deadline_s=3.0)
+    took = time.monotonic() - started
+    assert result.status == "timeout" and "deadline of 3 s ran out" in result.error.message, result.error
+    assert took < 3.0 + 10.0, f"took {took:.1f} s against a 3 s deadline"
 
 
 def test_cli_eval_exit_code_and_json(tmp_path):

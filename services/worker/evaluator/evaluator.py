@@ -140,11 +140,13 @@ class Evaluator:
         result.phase_seconds["total"] = time.monotonic() - started
         return result
 
-    def baseline(self, workload: str | os.PathLike, *, world_size: int) -> BaselineResult:
-        """Time the reference alone (one correctness run for sanity, then the timing protocol)."""
+    def baseline(self, workload: str | os.PathLike, *, world_size: int, deadline_s: float | None = None) -> BaselineResult:
+        """Time the reference alone (one correctness run for sanity, then the timing protocol);
+        within ``deadline_s`` seconds when given (a job's wall-time limit), as ``evaluate``."""
         result = BaselineResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
         started = time.monotonic()
         self._aborted = None
+        self._ends_at = None if deadline_s is None else started + max(0.0, deadline_s)
         try:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
@@ -171,7 +173,10 @@ class Evaluator:
             result.status, result.error = stop.status, stop.error
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
+            if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
+                result.error.message += f" (the deadline of {deadline_s:.0f} s ran out)"
         finally:
+            self._ends_at = None
             if result.status != "correct" and world_size in self.pools:
                 self.pools[world_size].kill()
             self._stopped(result)
