@@ -146,8 +146,13 @@ class BatchSummary(BaseModel):
     finished: int
     by_state: dict[str, int]
     correct: int = Field(description="Jobs with a correct kernel.")
-    fast_1: float | None = Field(description="Share of all workloads with a correct kernel faster than the reference.")
-    geomean_speedup: float | None = Field(description="Geometric mean speedup over workloads with a correct kernel.")
+    fast_1: float | None = Field(description="Share of all workloads whose job found a faster kernel: a measurable win, beyond the "
+                                 "95% interval of its interleaved timing (as `kloom bench report` counts it).")
+    fast_1_any: float | None = Field(default=None, description="Share of all workloads with a correct kernel measured faster than "
+                                     "the reference at all, noise included (fast_1 as the literature counts it).")
+    faster_kernel_found: int = Field(default=0, description="Jobs whose outcome is 'faster kernel found'.")
+    geomean_speedup: float | None = Field(description="Geometric mean of the jobs' result speedups over workloads with a correct kernel "
+                                          "(1.0 where no faster kernel was found: the reference stands).")
     median_fraction_of_floor: float | None
     cost_usd: float
 

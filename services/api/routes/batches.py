@@ -106,13 +106,18 @@ def _progress(job: Job) -> dict:
 
 def job_row(job: Job) -> ReportRow:
     """A report row (``kloom.batch.rows.ReportRow``) of what a job row holds, for the batch's
-    aggregate (``kloom.batch.aggregate``): its best speedup as reported, without its interval."""
+    aggregate (``kloom.batch.aggregate``): the job's outcome and result speedup as its trajectory
+    recorded them (``Job.outcome``, ``Job.result_speedup``: 1.0 where the reference stands), and
+    the best kernel's own speedup beside them. A row written before outcomes were recorded counts
+    as no measurable win, with its best speedup as its result."""
+    correct = job.best_step_index is not None
     return ReportRow(
         workload=job.workload_name,
         family=job.workload_family,
         state=job.state,
-        correct=job.best_step_index is not None,
-        speedup=job.best_speedup,
+        correct=correct,
+        outcome=job.outcome,
+        speedup=(job.result_speedup if job.outcome else job.best_speedup) if correct else None,
         measured_speedup=job.best_speedup,
         fraction_of_floor=job.best_fraction_of_floor,
         cost_usd=job.cost_usd,
@@ -120,15 +125,18 @@ def job_row(job: Job) -> ReportRow:
 
 
 def summarize(jobs: list[Job]) -> BatchSummary:
-    """Correctness, fast_1, geometric-mean speedup and median fraction of floor over the jobs so far."""
-    # A job row holds no interval: its fast_1 counts every correct kernel faster than the reference.
-    agg = aggregate([job_row(j) for j in jobs], measurable_only=False)
+    """Correctness, fast_1 (measurable wins, and any speedup above 1 as the literature counts),
+    the geometric-mean result speedup and the median fraction of floor over the jobs so far: the
+    same aggregate, counted the same way, as ``kloom bench report``'s."""
+    agg = aggregate([job_row(j) for j in jobs])
     return BatchSummary(
         total=agg.workloads,
         finished=agg.finished,
         by_state=agg.by_state,
         correct=agg.correct,
         fast_1=agg.fast_p["1.0"] if jobs else None,
+        fast_1_any=agg.fast_1_any if jobs else None,
+        faster_kernel_found=agg.faster_kernel_found or 0,
         geomean_speedup=agg.geomean_speedup,
         median_fraction_of_floor=agg.median_fraction_of_floor,
         cost_usd=agg.known_cost_usd,

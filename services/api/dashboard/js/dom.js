@@ -77,7 +77,7 @@ export function table(columns, rows, { caption, rowProps } = {}) {
       "table",
       {},
       caption ? h("caption", {}, caption) : null,
-      h("thead", {}, h("tr", {}, columns.map(([head, , opts]) => h("th", { scope: "col", class: opts?.numeric ? "num" : null }, head)))),
+      h("thead", {}, h("tr", {}, columns.map(([head, , opts]) => h("th", { scope: "col", class: opts?.numeric ? "num" : null, title: opts?.title ?? null }, head)))),
       h(
         "tbody",
         {},
