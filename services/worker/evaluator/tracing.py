@@ -54,6 +54,31 @@ def _storage(t: torch.Tensor) -> int | None:
         return None
 
 
+#: torch's functional collectives (``_c10d_functional``: what traced, compiled and DTensor code
+#: calls) under the names of the ``c10d`` ops that ``torch.distributed``'s calls dispatch to,
+#: which the strategist's rules use: the same collective is one name whichever API called it.
+FUNCTIONAL_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_reduce_coalesced": "allreduce_coalesced",
+    "all_gather_into_tensor": "_allgather_base",
+    "all_gather_into_tensor_out": "_allgather_base",
+    "all_gather_into_tensor_coalesced": "allgather_into_tensor_coalesced",
+    "reduce_scatter_tensor": "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "alltoall_base",
+    "broadcast": "broadcast",
+}
+#: Ops of the collective namespaces that move no data: waiting, a barrier, autograd's wrapper.
+NOT_TRANSFERS = ("wait_tensor", "barrier", "_wrap_tensor_autograd")
+
+
+def collective_name(op: str) -> str:
+    """``c10d::allreduce_`` -> ``allreduce``; ``_c10d_functional::all_reduce`` -> ``allreduce``."""
+    namespace, _, name = op.partition("::")
+    name = name.rstrip("_")
+    return FUNCTIONAL_COLLECTIVES.get(name, name) if namespace == "_c10d_functional" else name
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     leaves, _ = tree_flatten(value)
     return [x for x in leaves if isinstance(x, torch.Tensor)]
@@ -148,9 +173,9 @@ def trace_call(fn, inputs: list) -> dict[str, Any]:
         out = fn(*inputs)
     events = recorder.events
     collectives = [
-        {"op": e["op"].split("::")[1].rstrip("_"), "bytes": max(e["bytes_in"], e["bytes_out"]), "dtypes": e["dtypes"]}
+        {"op": collective_name(e["op"]), "bytes": max(e["bytes_in"], e["bytes_out"]), "dtypes": e["dtypes"]}
         for e in events
-        if e["kind"] == "collective" and not e["op"].endswith(("wait_tensor", "barrier"))
+        if e["kind"] == "collective" and collective_name(e["op"]) not in NOT_TRANSFERS
     ]
     counts = Counter(e["op"] for e in events if e["kind"] != "view")
     patterns = set()
@@ -158,7 +183,7 @@ def trace_call(fn, inputs: list) -> dict[str, Any]:
         if e["kind"] in ("matmul", "attention") and "collective" in e["consumes"]:
             patterns.add(f"collective_then_{e['kind']}")
         if e["kind"] == "collective" and "matmul" in e["consumes"]:
-            patterns.add(f"matmul_then_collective:{e['op'].split('::')[1].rstrip('_')}")
+            patterns.add(f"matmul_then_collective:{collective_name(e['op'])}")
         if e["kind"] == "collective" and "compute" in e["consumes"]:
             patterns.add("compute_then_collective")
         if e["kind"] == "compute" and "collective" in e["consumes"]:
