@@ -59,6 +59,20 @@ def test_the_plans_constants_are_set_in_the_carried_code():
     assert namespace["_KL_SYMM_ALGO"] == 'x"\nimport os\n"' and "os" not in namespace
 
 
+def test_symmetric_buffers_are_padded_to_aligned_pieces_per_rank():
+    """torch's symmetric-memory all-reduces refuse a buffer whose size is not 4-byte aligned (a
+    bf16 tensor of odd length failed on 2xH200); the runtime pads it, and two-shot's world parts
+    stay aligned too."""
+    from agents.strategist.symm_allreduce.runtime import _KL_SYMM_ALIGN_BYTES, _kl_symm_padded
+
+    for numel in (1, 3, 7, 8, 1000, 4097):
+        for size in (2, 4):
+            for world in (2, 3, 4, 8):
+                padded = _kl_symm_padded(numel, size, world)
+                assert padded >= numel and padded - numel < world * _KL_SYMM_ALIGN_BYTES // size
+                assert padded % world == 0 and (padded // world * size) % _KL_SYMM_ALIGN_BYTES == 0
+
+
 def test_a_rendered_candidate_passes_the_static_checker():
     reference = (
         "import torch\nimport torch.distributed as dist\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
