@@ -121,7 +121,7 @@ def run(member: Member, args, evaluator, kb, tag: str, root: Path) -> Trajectory
         shutil.rmtree(sink.directory)  # cut off mid-job: run it again from its start
         sink = FileSink(sink.directory)
     started = time.monotonic()
-    profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+    profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices, evaluator.settings)
     traj = run_job(spec, sink, evaluator=evaluator, kb=kb, profiler=profiler)
     best = traj.best_step
     print(

@@ -101,7 +101,7 @@ def run_batch(
                     on_event("started", {"workload": info.name, "devices": devices, "resumed_at": len(resume.steps) if resume else 0})
                 spec = settings.job_spec(info.path, job_id=f"batch:{out.name}:{info.name}", shapes=eval_settings.shapes)
                 t0 = time.monotonic()
-                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices, evaluator.settings)
                 traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, profiler=profiler)
                 outcome = JobOutcome(info.name, traj.state, _speedup(traj), time.monotonic() - t0)
                 with lock:

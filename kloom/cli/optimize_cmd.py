@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
                 status.update(f"step {step.index + 1}/{max_iters}: best {traj.best_speedup:.3f}x" if best else f"step {step.index + 1}/{max_iters}")
                 console.print(f"step {step.index}: {step.plan.strategy:<26} {step.status:<14} {speed:>9}  {step.feedback.splitlines()[0][:90] if step.feedback else ''}")
 
-            profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+            profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices, evaluator.settings)
             traj = run_job(spec, sink, evaluator=evaluator, resume=resume, kb=kb, progress=show, profiler=profiler)
         _print_summary(console, traj, sink)
         raise typer.Exit(0 if traj.best_step is not None else 1)

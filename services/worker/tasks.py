@@ -116,7 +116,7 @@ def _run(sessions: sessionmaker[Session], job_id: str, sink: DBSink, settings: S
             watched = WatchedEvaluator(evaluator)
             with JobWatch(sessions, job_id, sink.attempt, watched, spec.limits.max_wall_s) as watch:
                 kb = open_kb(sessions) if spec.use_kb else None
-                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices)
+                profiler = job_profiler(spec.profile, spec.device, spec.shapes, evaluator.devices, evaluator.settings)
                 return run_job(spec, WatchedSink(sink, watch), evaluator=watched, resume=resume, kb=kb, profiler=profiler)
 
 

@@ -613,3 +613,71 @@ def _in_pid_namespace(namespace: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+PROFILED_ATTACK = '''
+import os
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+WORLD_SIZES = [2]
+
+
+def _attack():
+    results = {{}}
+    for name, fn in {{
+        "read_secret": lambda: open({secret!r}).read(),
+        "write_data": lambda: open(os.path.join({hidden!r}, "profiled-attack"), "w").write("owned"),
+        "write_code": lambda: open({code_file!r}, "a").write("# owned"),
+    }}.items():
+        try:
+            results[name] = "allowed: " + repr(fn())[:40]
+        except BaseException as exc:
+            results[name] = "refused: " + type(exc).__name__
+    return results
+
+
+ATTACKED = _attack()
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        dist.all_reduce(y)
+        return y
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@needs_view
+def test_profiling_runs_workload_code_in_the_ranks_sandbox(tmp_path, service_data):
+    """A service job profiles its first correct candidate, which for the reference's copy is the
+    uploaded workload's code (and a correct hostile candidate's, for another): the profiler's ranks
+    get the evaluator's sandbox, so a workload that is correct and attacks at import reaches none
+    of the service's data, and the profile is still made."""
+    from services.worker.profiler import ProfileSettings, profile
+
+    code_file = ROOT / "services" / "worker" / "evaluator" / "compare.py"
+    before = code_file.stat().st_mtime_ns
+    job = tmp_path / "job"
+    job.mkdir()
+    workload = job / "correct_but_hostile.py"
+    workload.write_text(PROFILED_ATTACK.format(code_file=str(code_file), **service_data))
+    workload.chmod(0o600)
+    job.chmod(0o700)
+    settings = _service_settings(tmp_path)
+    sandbox.share_with_ranks([str(job), str(workload)], settings)
+    result = profile(workload, None, world_size=2, device="cpu", settings=ProfileSettings.for_device("cpu", seed=3, iters=2, warmup_iters=1),
+                     sandbox_settings=settings)
+    assert result.status == "ok" and result.kernels, result.reason
+    assert Path(service_data["secret"]).read_text() == "kl_admin-SANDBOX-5e1f\n"
+    assert not (Path(service_data["hidden"]) / "profiled-attack").exists()
+    assert code_file.stat().st_mtime_ns == before

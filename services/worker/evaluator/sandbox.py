@@ -111,15 +111,17 @@ class PoolIsolation:
         self.ns_dir = ""
 
     # Launch ------------------------------------------------------------------------------------
-    def prepare(self, socket_path: str) -> None:
+    def prepare(self, socket_path: str | None = None) -> None:
         """Protect this process from its ranks; make the pool's shared-memory directory; hand the
-        private directory (and the pool's socket in it) to the rank user; plan the ranks' view."""
+        private directory (and the pool's socket in it, where it has one) to the rank user; plan
+        the ranks' view."""
         protect_process()
         uid, gid = (self.user.pw_uid, self.user.pw_gid) if self.user else (os.geteuid(), os.getegid())
         if self.user is not None:
             os.chown(self.workdir, uid, gid)
-            os.chmod(socket_path, 0o660)
-            os.chown(socket_path, -1, gid)
+            if socket_path is not None:
+                os.chmod(socket_path, 0o660)
+                os.chown(socket_path, -1, gid)
         if self.viewed:
             self.shm_dir = _pool_shm_dir(uid, gid)
             s = self.settings

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+from services.worker.evaluator.settings import EvalSettings
+
 from .profiling import profile
 from .records import Profile
 from .settings import ProfileSettings
 
 
-def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int] | None = None) -> Callable[..., Profile] | None:
+def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int] | None = None,
+                 sandbox_settings: EvalSettings | None = None) -> Callable[..., Profile] | None:
     """A profiler for the policy ``new_best`` or ``every_correct`` (None for ``none``), on the
-    evaluator's ``devices``. ``shapes`` None: the device's default (gpu on cuda, ci on cpu).
+    evaluator's ``devices``, in the sandbox of the evaluator's ranks (``sandbox_settings``: the
+    job's evaluator's settings; default: the device's). ``shapes`` None: the device's default
+    (gpu on cuda, ci on cpu).
 
     Profiles run in fresh processes launched for the purpose (Nsight Compute has to start the
     process it measures), never in the evaluator's warm pool."""
@@ -24,6 +29,6 @@ def job_profiler(policy: str, device: str, shapes: str | None, devices: list[int
     settings.devices = devices
 
     def run(workload: str, code: str, *, world_size: int, device: str) -> Profile:
-        return profile(workload, code, world_size=world_size, device=device, settings=settings)
+        return profile(workload, code, world_size=world_size, device=device, settings=settings, sandbox_settings=sandbox_settings)
 
     return run

@@ -11,7 +11,8 @@ is killed on expiry, so profiling never hangs a job):
 
 Where ncu is missing, not permitted to read counters, failed or ran out of time, the profile
 says so and keeps the timeline's kernels (no SOL). On the CPU it is the PyTorch profiler's
-operator summary. The launches run with the evaluator's scrubbed rank environment.
+operator summary. Both launches run workload and candidate code, so each runs in the evaluator's
+sandbox (``sandboxed.py``) with its scrubbed rank environment.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -33,12 +35,14 @@ from kloom.profile_summary import summarise
 from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload
 from services.worker.evaluator import sandbox
+from services.worker.evaluator.settings import EvalSettings
 
 from . import ncu as N
 from . import timeline as tl
-from .launch import LaunchSpec, RunOutcome, command, rank_output, run_isolated
+from .launch import LaunchSpec, RunOutcome, command, rank_output
 from .nvml import NvmlSampler
 from .records import KernelStat, Profile, RankTimeline
+from .sandboxed import run_sandboxed
 from .settings import ProfileSettings
 
 #: Time allowed for exporting a saved ncu report to CSV.
@@ -59,11 +63,14 @@ def profile(
     world_size: int,
     device: str,
     settings: ProfileSettings | None = None,
+    sandbox_settings: EvalSettings | None = None,
 ) -> Profile:
     """Profile ``candidate_source`` (``None``: the reference alone) on ``workload_path`` at
-    ``world_size`` ranks on ``device`` (``cpu`` or ``cuda``). Never raises for a candidate's or a
+    ``world_size`` ranks on ``device`` (``cpu`` or ``cuda``), in the sandbox the evaluator's ranks
+    get under ``sandbox_settings`` (default: the device's). Never raises for a candidate's or a
     tool's failure: the returned ``Profile`` carries the status and the reason."""
     settings = settings or ProfileSettings.for_device(device)
+    sandbox_settings = sandbox_settings or EvalSettings.for_device(device)
     started = time.monotonic()
     result = Profile(tool="none", status="failed", reason="", workload=str(workload_path), world_size=world_size, device=device)
     workdir = Path(tempfile.mkdtemp(prefix="kloom-profile-"))
@@ -72,9 +79,14 @@ def profile(
         _check_device(device, world_size, settings)
         spec = _spec(workload_path, candidate_source, world_size, device, settings, workdir, result)
         env = sandbox.rank_environment(str(workdir), {})
-        torch_timeline(spec, settings, env, workdir, result)
+
+        def run(cmd: list[str], log_name: str, timeout_s: float | None = None) -> RunOutcome:
+            return run_sandboxed(cmd, settings=sandbox_settings, device=device, world_size=world_size, workdir=workdir, env=env,
+                                 timeout_s=timeout_s or settings.timeout_s, log_path=workdir / log_name)
+
+        torch_timeline(spec, settings, run, result)
         if device == "cuda" and settings.tool == "ncu":
-            nsight_compute(spec, settings, env, workdir, result)
+            nsight_compute(spec, settings, run, workdir, result)
         else:
             result.tool, result.status = "torch_profiler", "ok"
             result.reason = (
@@ -153,14 +165,19 @@ def _failure(outcome: RunOutcome, spec: LaunchSpec, what: str, timeout_s: float)
     return _Stop("failed", f"{what} failed (exit code {outcome.returncode}): {tail}")
 
 
-def torch_timeline(spec: LaunchSpec, settings: ProfileSettings, env: dict, workdir: Path, result: Profile) -> None:
+#: How ``profile()`` runs a command that runs or reads what profiled code wrote: the command, its
+#: log's name and optionally its own time limit; in the evaluator's sandbox (``sandboxed.py``).
+Runner = Callable[..., RunOutcome]
+
+
+def torch_timeline(spec: LaunchSpec, settings: ProfileSettings, run: Runner, result: Profile) -> None:
     """The timeline stage of ``profile()``: the PyTorch profiler on every rank, NVML sampled
     meanwhile. Fills ``result``'s kernels, timelines and shares; raises ``_Stop`` on failure."""
     devices = [spec.device_index(r) for r in range(spec.world_size)]
     sampler = NvmlSampler(devices, settings.nvml_interval_s) if spec.device == "cuda" and settings.nvml else nullcontext()
     spec_path = spec.save()
     with sampler:
-        outcome = run_isolated(command(spec_path), env=env, timeout_s=settings.timeout_s, log_path=workdir / "timeline.log")
+        outcome = run(command(spec_path), "timeline.log")
     result.phase_seconds["timeline"] = outcome.seconds
     if isinstance(sampler, NvmlSampler):
         result.nvml = sampler.summary()
@@ -217,7 +234,7 @@ def _nvml_link(summary: dict) -> dict:
     return {"source": "nvml", "tx_gbps_max": max(tx, default=0.0), "rx_gbps_max": max(rx, default=0.0)}
 
 
-def nsight_compute(spec: LaunchSpec, settings: ProfileSettings, env: dict, workdir: Path, result: Profile) -> None:
+def nsight_compute(spec: LaunchSpec, settings: ProfileSettings, run: Runner, workdir: Path, result: Profile) -> None:
     """The Nsight Compute stage of ``profile()`` (after ``torch_timeline``): replays the compute
     kernels of the chosen ranks and attaches their metrics to ``result.kernels``. Sets the tool,
     status and reason, falling back to the timeline's kernels when ncu is missing, not permitted,
@@ -243,7 +260,7 @@ def nsight_compute(spec: LaunchSpec, settings: ProfileSettings, env: dict, workd
         launch_skip=settings.ncu_launch_skip,
         launch_count=settings.ncu_launch_count,
     ) + command(run_spec.save())
-    outcome = run_isolated(cmd, env=env, timeout_s=settings.timeout_s, log_path=workdir / "ncu.log")
+    outcome = run(cmd, "ncu.log")
     result.phase_seconds["ncu"] = outcome.seconds
     fallback = "kernel times from the PyTorch profiler, no Speed-of-Light"
     if N.PERMISSION_ERROR in outcome.output:
@@ -259,8 +276,8 @@ def nsight_compute(spec: LaunchSpec, settings: ProfileSettings, env: dict, workd
         result.reason = f"ncu replayed no kernel on rank(s) {_ranks(ranks)}: every kernel is communication (excluded from replay)"
         return
     t0 = time.monotonic()
-    raw = _export(ncu, report + ".ncu-rep", "raw", env, workdir)
-    details = _export(ncu, report + ".ncu-rep", "details", env, workdir)
+    raw = _export(ncu, report + ".ncu-rep", "raw", run, workdir)
+    details = _export(ncu, report + ".ncu-rep", "details", run, workdir)
     result.phase_seconds["ncu_export"] = time.monotonic() - t0
     launches = N.parse_raw(raw)
     if not launches:
@@ -285,13 +302,13 @@ def nsight_compute(spec: LaunchSpec, settings: ProfileSettings, env: dict, workd
         result.link["ncu_replayed_kernels_bytes"] = nvlink
 
 
-def _export(ncu: str, report: str, page: str, env: dict, workdir: Path) -> str:
-    """A page of the saved report as CSV text ('' when it cannot be exported)."""
-    log = workdir / f"{page}.csv"
+def _export(ncu: str, report: str, page: str, run: Runner, workdir: Path) -> str:
+    """A page of the saved report as CSV text ('' when it cannot be exported). In the sandbox too:
+    the report lies where the profiled code could write."""
     for plain in (False, True):
-        outcome = run_isolated(N.export_command(ncu, report, page, plain), env=env, timeout_s=EXPORT_TIMEOUT_S, log_path=log)
+        outcome = run(N.export_command(ncu, report, page, plain), f"{page}.csv", EXPORT_TIMEOUT_S)
         if outcome.returncode == 0:
-            return log.read_text(errors="replace")
+            return (workdir / f"{page}.csv").read_text(errors="replace")
     return ""
 
 
