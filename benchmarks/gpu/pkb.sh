@@ -54,7 +54,6 @@ run_group() {  # group index, its batch folder, its workloads
       | tee -a "$OUT/pkb-ws${ws}-g${g}.log" | grep -E "^(start|pkb_|Fatal|free|Segm|Abort)|Error" | grep -v -i warning | tail -6
   done
 }
-g=0
 for g in $(seq 0 $((groups - 1))); do
   share=$(echo $pending | tr ' ' '\n' | awk -v g="$g" -v n="$groups" 'NF && (NR - 1) % n == g')
   gdir="$dir"; [ "$g" -eq 0 ] || gdir="$dir-g$g"

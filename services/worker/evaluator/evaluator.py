@@ -117,8 +117,7 @@ class Evaluator:
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
             reference_failed = failure.role != "candidate"
-            if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
-                result.error.message += f" (this evaluation's deadline of {deadline_s:.0f} s ran out)"
+            self._note_deadline(failure, result.error, deadline_s)
         finally:
             self._ends_at = None
             if ran and world_size in self.pools:
@@ -173,8 +172,7 @@ class Evaluator:
             result.status, result.error = stop.status, stop.error
         except PoolFailure as failure:
             result.status, result.error = _pool_failure(failure)
-            if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
-                result.error.message += f" (the deadline of {deadline_s:.0f} s ran out)"
+            self._note_deadline(failure, result.error, deadline_s)
         finally:
             self._ends_at = None
             if result.status != "correct" and world_size in self.pools:
@@ -283,6 +281,12 @@ class Evaluator:
         if left <= 0:
             raise PoolFailure("timeout", "the evaluation's deadline ran out before the ranks were asked for more")
         return min(timeout, left)
+
+    def _note_deadline(self, failure: PoolFailure, error: ErrorInfo, deadline_s: float | None) -> None:
+        """Say in ``error`` when the timeout was the caller's deadline running out (a job's
+        wall-time limit), not a rank's own limit."""
+        if failure.kind == "timeout" and self._ends_at is not None and time.monotonic() >= self._ends_at - 0.5:
+            error.message += f" (this evaluation's deadline of {deadline_s:.0f} s ran out)"
 
     def _raise_errors(self, replies: Replies, op: str, status: str) -> None:
         violations = replies.violations()

@@ -34,7 +34,6 @@ from kloom.profile import kernel_key
 from kloom.profile_summary import summarise
 from kloom.static_check import check_candidate
 from kloom.workload import WorkloadError, inspect_candidate, inspect_workload
-from services.worker.evaluator import sandbox
 from services.worker.evaluator.settings import EvalSettings
 
 from . import ncu as N
@@ -78,10 +77,8 @@ def profile(
     try:
         _check_device(device, world_size, settings)
         spec = _spec(workload_path, candidate_source, world_size, device, settings, workdir, result)
-        env = sandbox.rank_environment(str(workdir), {})
-
         def run(cmd: list[str], log_name: str, timeout_s: float | None = None) -> RunOutcome:
-            return run_sandboxed(cmd, settings=sandbox_settings, device=device, world_size=world_size, workdir=workdir, env=env,
+            return run_sandboxed(cmd, settings=sandbox_settings, device=device, world_size=world_size, workdir=workdir,
                                  timeout_s=timeout_s or settings.timeout_s, log_path=workdir / log_name)
 
         torch_timeline(spec, settings, run, result)

@@ -35,14 +35,13 @@ def run_sandboxed(
     device: str,
     world_size: int,
     workdir: str | os.PathLike,
-    env: dict[str, str],
     timeout_s: float,
     log_path: str | os.PathLike,
 ) -> RunOutcome:
     """Run ``cmd`` (which starts ``world_size`` ranks) in a sandboxed pool whose private directory
-    is ``workdir``, under a hard timeout; on expiry, or at the end, kill it and everything it
-    started. A sandbox that cannot be set up is an outcome with the reason, never a launch
-    without it."""
+    is ``workdir``, with a rank's scrubbed environment, under a hard timeout; on expiry, or at the
+    end, kill it and everything it started. A sandbox that cannot be set up is an outcome with the
+    reason, never a launch without it."""
     started = time.monotonic()
     workdir = str(workdir)
     isolation = sandbox.PoolIsolation(settings, world_size + EXTRA_PROCESSES, device, workdir, role="profile")
@@ -51,7 +50,7 @@ def run_sandboxed(
         isolation.prepare()
         if isolation.user is not None:
             _hand_over(workdir, isolation.user.pw_uid, isolation.user.pw_gid)
-        env = {**env, **_cache_env(isolation.cache_dir())}
+        env = sandbox.rank_environment(workdir, {}, cache_dir=isolation.cache_dir())
         proc, status = isolation.spawn(0, cmd, env, workdir, str(log_path))
         isolation.started(0, proc.pid, status, settings.start_timeout_s)
         timed_out = False
@@ -86,11 +85,3 @@ def _hand_over(workdir: str, uid: int, gid: int) -> None:
         for name in files:
             os.chown(os.path.join(root, name), uid, gid)
 
-
-def _cache_env(cache: str) -> dict[str, str]:
-    """The compiler caches of the pool (the only writable ones in its view)."""
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-        "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
-        "TORCH_EXTENSIONS_DIR": os.path.join(cache, "extensions"),
-    }

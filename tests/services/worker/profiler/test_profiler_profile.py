@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from kloom.processes import descendants
-from services.worker.evaluator import sandbox
 from services.worker.profiler import Profile, ProfileSettings, profile
 from services.worker.profiler.launch import LaunchSpec
 from services.worker.profiler.profiling import nsight_compute
@@ -91,7 +90,11 @@ def test_missing_ncu_is_reported_and_the_timeline_kept(tmp_path):
     spec = LaunchSpec(workload=str(WORKLOADS / "allgather_matmul.py"), world_size=2, device="cpu", out_dir=str(tmp_path / "t"))
     result = Profile(tool="none", status="failed", reason="", workload=spec.workload, world_size=2, device="cuda")
     settings = ProfileSettings.for_device("cuda", ncu_path="/nonexistent/ncu")
-    nsight_compute(spec, settings, sandbox.rank_environment(str(tmp_path), {}), tmp_path, result)
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError(f"launched {args}")
+
+    nsight_compute(spec, settings, no_launch, tmp_path, result)
     assert (result.status, result.tool) == ("unavailable", "torch_profiler")
     assert result.reason.startswith("ncu not found") and "/nonexistent/ncu" in result.reason
     assert not (tmp_path / "ncu").exists()  # nothing was launched
