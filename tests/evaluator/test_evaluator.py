@@ -18,6 +18,15 @@ LINEAR = WORKLOADS / "linear_allreduce.py"
 INPLACE = WORKLOADS / "inplace_allreduce.py"
 
 
+def test_a_workload_that_makes_its_group_in_get_inputs_gets_it_once_per_process(evaluator):
+    """Every trial and timed call draws inputs afresh; the group get_inputs makes is made once
+    (the workload raises on a second), else each draw would set up a communicator in the timed call."""
+    workload = WORKLOADS / "group_inputs.py"
+    result = evaluator.evaluate(workload, CANDIDATES / "group_inputs_candidate.py", world_size=2)
+    assert result.status == "correct", result.summary()
+    assert result.timing is not None and all(t.iters >= 5 for t in result.timing.candidate)
+
+
 def test_correct_candidate_is_timed_against_the_reference(evaluator):
     result = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
     assert result.status == "correct", result.summary()

@@ -24,6 +24,7 @@ from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
 from . import integrity, precision
 from . import tensors as T
+from .groups import reused_groups
 from .rank import RankBase, model_bytes, seed_everything, seed_for, tensor_bytes
 
 
@@ -84,7 +85,8 @@ class CandidateRank(RankBase):
             if init_args is None:
                 # Arguments that are not plain values (a module, say): drawn from the workload
                 # here, as the reference's rank drew them (its module, never its model instance).
-                init = list(self._workload().get_init_inputs())
+                with reused_groups():
+                    init = list(self._workload().get_init_inputs())
                 seed_everything(seed_for(init_seed, self.rank))
             else:
                 init = list(T.to_device(list(init_args), self.device))
@@ -106,7 +108,7 @@ class CandidateRank(RankBase):
         if inputs is not None:
             return list(T.to_device(list(inputs), self.device))
         seed_everything(seed_for(seed, self.rank))
-        with torch.device(self.device):
+        with torch.device(self.device), reused_groups():
             return list(T.to_device(list(self._workload().get_inputs()), self.device))
 
     def cmd_trial(self, inputs: list | None, mutated: list[int], output_sizes: list[int], seed: int = 0) -> dict:

@@ -21,6 +21,7 @@ from . import precision
 from .protocol import snapshot
 from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
+from .groups import reused_groups
 from .rank import RankBase, ResourceLimit, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -85,7 +86,7 @@ class ReferenceRank(RankBase):
     def _build(self, init_seed: int):
         """The reference model, seeded just before construction (as the candidate's is)."""
         seed_everything(seed_for(init_seed, self.rank))
-        with torch.device(self.device):
+        with torch.device(self.device), reused_groups():
             init = self.workload.get_init_inputs()
             if not isinstance(init, (list, tuple)):
                 raise WorkloadProblem("get_init_inputs() must return a list or tuple")
@@ -97,7 +98,7 @@ class ReferenceRank(RankBase):
 
     def _inputs(self, seed: int) -> list:
         seed_everything(seed_for(seed, self.rank))
-        with torch.device(self.device):
+        with torch.device(self.device), reused_groups():
             inputs = self.workload.get_inputs()
         if not isinstance(inputs, (list, tuple)):
             raise WorkloadProblem(f"get_inputs() must return a list or tuple, not {type(inputs).__name__}")
