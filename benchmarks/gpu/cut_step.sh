@@ -8,6 +8,7 @@
 # then each job's reference times (baseline alone, then interleaved per step) side by side.
 #
 #   bash benchmarks/gpu/cut_step.sh [PROBLEM_PREFIX] [WALL_S]     (default pkb_55_, 30)
+#   CUT_RUNS=whole bash benchmarks/gpu/cut_step.sh ...               (one of the two jobs)
 #
 # Carry `.whl` and `.gpu` (as for pkb.sh). Everything lands in $OUT/cut-step/.
 set -u
@@ -40,8 +41,10 @@ run() {  # name, extra optimize args
   kill "$watcher" 2>/dev/null
   pkill -9 -f "[s]ervices.worker.evaluator.rank" 2>/dev/null
 }
-run cut --max-wall-s "$wall"
-run whole
+for name in ${CUT_RUNS:-cut whole}; do
+  case "$name" in cut) run cut --max-wall-s "$wall" ;; whole) run whole ;; esac
+done
+tar czf "$dest/jobs.tgz" -C "$dest" $(ls -d "$dest"/*/ 2>/dev/null | xargs -n1 basename) 2>/dev/null
 python3 - "$dest" <<'EOF'
 import json, sys
 from pathlib import Path

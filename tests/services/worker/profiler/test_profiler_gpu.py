@@ -24,7 +24,7 @@ def _needs_ncu() -> None:
 
 
 def _settings(**kw) -> ProfileSettings:
-    return ProfileSettings.for_device("cuda", seed=5, timeout_s=300, **kw)
+    return ProfileSettings.for_device("cuda", **{"seed": 5, "timeout_s": 300, **kw})
 
 
 def test_missing_ncu_falls_back_to_the_kernel_timeline():
