@@ -32,6 +32,8 @@ class JobSettings(BaseModel):
     max_tokens: int | None = Field(_LIMITS.max_tokens, gt=0, le=2**63 - 1, description="Model tokens at most.")
     budget_usd: float | None = Field(_LIMITS.budget_usd, ge=0, allow_inf_nan=False, description="Model cost at most, in US dollars (finite).")
     use_kb: bool = Field(True, description="Let the knowledge base advise the planner.")
+    profile: Literal["none", "new_best", "every_correct"] = Field(
+        "new_best", description="Which correct candidates get a hardware profile (Nsight Compute and the kernel timeline on a GPU): none, each new best, or every correct one.")
 
     def limits(self) -> dict[str, Any]:
         """The job's ``Limits`` as its row stores them."""
@@ -58,6 +60,8 @@ class JobPublic(BaseModel):
     shapes: str | None
     strategist: str
     limits: Limits
+    use_kb: bool
+    profile: str
     batch_id: str | None
     attempts: int
     worker_id: str | None

@@ -31,8 +31,9 @@ def job_spec(job: Job, workload: str) -> JobSpec:
         strategist=job.strategist,
         limits=Limits(**job.limits),
         job_id=job.id,
-        use_kb=bool(job.options.get("use_kb", True)),
-        options={k: v for k, v in job.options.items() if k != "use_kb"},
+        use_kb=job.use_kb,
+        profile=job.profile,
+        options={k: v for k, v in job.options.items() if k not in ("use_kb", "profile")},
     )
 
 

@@ -120,6 +120,17 @@ class Job(Base):
         value = (self.trajectory or {}).get("result_speedup")
         return float(value) if isinstance(value, (int, float)) else None
 
+    @property
+    def use_kb(self) -> bool:
+        """Whether the knowledge base advises the job's planner (a submission option)."""
+        return bool((self.options or {}).get("use_kb", True))
+
+    @property
+    def profile(self) -> str:
+        """Which correct candidates get a hardware profile (a submission option; jobs stored
+        before it existed: the default)."""
+        return str((self.options or {}).get("profile", "new_best"))
+
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     dispatched_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -69,6 +69,7 @@ def test_a_job_submitted_from_the_form_gains_points_live(open_page, service, art
     page.get_by_label("World size (ranks)").fill("2")
     page.get_by_label("Steps at most").fill("2")
     page.get_by_label("Let the knowledge base advise the planner").uncheck()
+    page.get_by_label("Hardware profiles").select_option("none")
     page.get_by_role("button", name="Submit job").click()
     page.wait_for_url(JOB_URL)
     job_id = JOB_URL.search(page.url).group(1)
@@ -93,6 +94,7 @@ def test_a_job_submitted_from_the_form_gains_points_live(open_page, service, art
         traj = api.get(f"/jobs/{job_id}/trajectory").json()
         step = api.get(f"/jobs/{job_id}/steps").json()["data"][0]
     assert job["state"] == "succeeded" and job["num_steps"] == 1 and job["best_step_index"] == 0
+    assert job["profile"] == "none" and job["use_kb"] is False  # the form's choices
     # The point shows what the step measured; the job's best is the same number, except that the
     # reference run as a candidate is never reported above 1.0x.
     capped = min(step["speedup"], 1.0) if step["data"]["plan"]["strategy"] == "reference_copy" else step["speedup"]

@@ -34,6 +34,7 @@ def _jobs_of(sessions, client, headers) -> tuple[int, int]:
         (TINY_WORKLOAD, {"world_size": 2, "device_kind": "cuda-h100x1"}, 422, "has 1 GPU(s)"),
         (TINY_WORKLOAD, {"max_iters": 10_000}, 422, "max_iters 10000 is over"),
         (TINY_WORKLOAD, {"shapes": "huge"}, 422, "shapes"),
+        (TINY_WORKLOAD, {"profile": "always"}, 422, "profile"),
     ],
 )
 def test_bad_submissions_are_refused_with_a_reason(client, new_key, sessions, source, fields, status, message):

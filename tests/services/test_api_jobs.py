@@ -11,6 +11,7 @@ import pytest
 from agents.records import JobSpec, Plan, Step, Trajectory
 from service_helpers import IDLE_QUEUE, TINY_WORKLOAD, queue_length, submit
 from services.db import jobs as job_ops
+from services.db.models import Job
 from services.db.sink import DBSink, LeaseLost
 from tests import eval_records
 
@@ -67,6 +68,19 @@ def test_submit_by_suite_name(client, new_key):
     r = client.post("/api/v1/jobs", data={"workload": "all_reduce_small", "world_size": "4", "device_kind": "cuda-h200x4"}, headers=headers)
     assert r.status_code == 201, r.text
     assert r.json()["workload_family"] == "collectives" and r.json()["device_kind"] == "cuda-h200x4"
+
+
+def test_the_profile_choice_reaches_the_jobs_spec(client, new_key, sessions):
+    """What the worker runs is ``job_spec`` of the row: the submission's profile choice (default
+    new_best), not an option the loop would never read."""
+    headers = new_key()
+    chosen = submit(client, headers, world_size=2, profile="none").json()
+    default = submit(client, headers, world_size=2).json()
+    with sessions() as s:
+        specs = {job_id: job_ops.job_spec(s.get(Job, job_id), "w.py") for job_id in (chosen["id"], default["id"])}
+    assert specs[chosen["id"]].profile == "none" and "profile" not in specs[chosen["id"]].options
+    assert specs[default["id"]].profile == "new_best"
+    assert (chosen["profile"], default["profile"], chosen["use_kb"]) == ("none", "new_best", True)
 
 
 def test_list_filters_by_state_and_pages(client, new_key):

@@ -127,7 +127,7 @@ def new_job(session: Session, owner_key_id: str, workload: workloads.Workload, d
         shapes=data.shapes,
         strategist=data.strategist,
         limits=data.limits(),
-        options={"use_kb": data.use_kb},
+        options={"use_kb": data.use_kb, "profile": data.profile},
         state="queued",
         dispatched_at=utcnow(),
     )

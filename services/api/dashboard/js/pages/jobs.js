@@ -136,6 +136,11 @@ async function submitForm(section, navigate) {
   const maxIters = h("input", { type: "number", id: "max-iters", name: "max_iters", min: 1, max: 200, value: 8, required: true });
   const budget = h("input", { type: "number", id: "budget", name: "budget_usd", min: 0, step: "0.01", placeholder: "no limit" });
   const useKb = h("input", { type: "checkbox", id: "use-kb", name: "use_kb", checked: true });
+  const profile = h(
+    "select",
+    { id: "profile", name: "profile", "aria-describedby": "profile-help" },
+    [["new_best", "Each new best kernel"], ["every_correct", "Every correct kernel"], ["none", "None"]].map(([value, label]) => h("option", { value }, label)),
+  );
   const status = h("div", { id: "submit-status", "aria-live": "polite" });
   const button = h("button", { type: "submit", class: "primary" }, "Submit job");
 
@@ -180,6 +185,7 @@ async function submitForm(section, navigate) {
       h("div", { class: "field" }, h("label", { for: "device-kind" }, "Device kind"), device, h("datalist", { id: "device-kinds" }, queues.map((q) => h("option", { value: q }))), h("p", { class: "help", id: "device-help" }, `cpu, or cuda-<gpu>x<count>; workers serve: ${queues.join(", ")}`)),
       h("div", { class: "field" }, h("label", { for: "max-iters" }, "Steps at most"), maxIters),
       h("div", { class: "field" }, h("label", { for: "budget" }, "Model budget (US dollars)"), budget),
+      h("div", { class: "field" }, h("label", { for: "profile" }, "Hardware profiles"), profile, h("p", { class: "help", id: "profile-help" }, "Which correct kernels Nsight Compute and the kernel timeline profile on a GPU (each profile adds its run time to the job).")),
     ),
     h(
       "fieldset",
@@ -209,6 +215,7 @@ async function submitForm(section, navigate) {
     data.set("max_iters", maxIters.value);
     if (budget.value !== "") data.set("budget_usd", budget.value);
     data.set("use_kb", useKb.checked ? "true" : "false");
+    data.set("profile", profile.value);
     button.disabled = true;
     replace(status, h("p", { class: "loading", role: "status" }, "Submitting…"));
     try {
