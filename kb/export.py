@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from .models import KBKernel
+from .records import KernelDetail
 from .store import get_kernel, get_workload
 
 _TEST_SOURCE = Path(__file__).with_name("exported_test.py")
@@ -23,28 +24,11 @@ class ExportError(LookupError):
 
 
 def kernel_metadata(kernel: KBKernel) -> dict:
-    """What ``kernel.json`` says: where the kernel came from and what it measured."""
-    return {
-        "kernel_id": kernel.public_id,
-        "workload": kernel.workload_name,
-        "workload_sha256": kernel.workload_sha256,
-        "family": kernel.family,
-        "world_size": kernel.world_size,
-        "device": kernel.device,
-        "gpu": kernel.gpu,
-        "interconnect": kernel.interconnect,
-        "speedup": kernel.speedup,
-        "candidate_ms": kernel.candidate_ms,
-        "reference_ms": kernel.reference_ms,
-        "fraction_of_floor": kernel.fraction_of_floor,
-        "strategy": kernel.strategy,
-        "params": kernel.params,
-        "rationale": kernel.rationale,
-        "model": kernel.model,
-        "job_id": kernel.job_id,
-        "step_index": kernel.step_index,
-        "signature": kernel.signature,
-    }
+    """What ``kernel.json`` says: where the kernel came from and what it measured (the kernel's
+    record without its code, which ``kernel.py`` holds)."""
+    meta = KernelDetail.of(kernel).to_json()
+    del meta["code"], meta["score"]
+    return meta
 
 
 def _readme(kernel: KBKernel) -> str:
@@ -97,7 +81,7 @@ def export_kernel(session: Session, kernel_id: str | int, out_dir: str | Path) -
 def export_zip(session: Session, kernel_id: str | int) -> tuple[str, bytes]:
     """The standalone module as a zip archive: (file name, bytes), files under one folder."""
     files = export_files(session, kernel_id)
-    folder = f"kloom_kernel_{json.loads(files['kernel.json'])['kernel_id']}"
+    folder = f"kloom_kernel_{json.loads(files['kernel.json'])['id']}"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, text in files.items():

@@ -27,25 +27,6 @@ def _sessions(db: str | None):
     return open_kb(db)[1]
 
 
-def _kernel_row(kernel, score: float | None = None) -> dict:
-    row = {
-        "id": kernel.public_id,
-        "workload": kernel.workload_name,
-        "family": kernel.family,
-        "world_size": kernel.world_size,
-        "hardware": kernel.gpu or kernel.device,
-        "strategy": kernel.strategy,
-        "params": kernel.params,
-        "speedup": round(kernel.speedup, 4),
-        "fraction_of_floor": kernel.fraction_of_floor,
-        "job_id": kernel.job_id,
-        "step": kernel.step_index,
-    }
-    if score is not None:
-        row["score"] = score
-    return row
-
-
 def _strategy_row(strategy) -> dict:
     return {
         "id": strategy.public_id,
@@ -96,12 +77,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find kernels: by relevance to QUERY, else fastest first."""
         from kb import store  # lazy: the knowledge base loads sqlalchemy
+        from kb.records import KernelSummary  # lazy: the knowledge base loads sqlalchemy
 
         with _sessions(db)() as session:
             matches = store.search(session, query, family=family, collective=collective, limit=limit)
-            rows = [_kernel_row(m.kernel, m.score if query else None) for m in matches]
+            rows = [KernelSummary.of(m.kernel, score=m.score if query else None) for m in matches]
         if as_json:
-            typer.echo(json.dumps(rows, indent=2))
+            typer.echo(json.dumps([r.to_json() for r in rows], indent=2))
             return
         if not rows:
             Console().print("no kernel matches")
@@ -110,8 +92,8 @@ def register(app: typer.Typer) -> None:
         for col in ("id", "workload", "family", "ranks", "hardware", "strategy", "speedup", "% of floor"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            floor = _fmt(r["fraction_of_floor"] and 100 * r["fraction_of_floor"], "{:.0f}")
-            table.add_row(r["id"], r["workload"], r["family"], str(r["world_size"]), r["hardware"], r["strategy"], f"{r['speedup']:.2f}x", floor)
+            floor = _fmt(r.fraction_of_floor and 100 * r.fraction_of_floor, "{:.0f}")
+            table.add_row(r.id, r.workload_name, r.family, str(r.world_size), r.hardware, r.strategy, f"{r.speedup:.2f}x", floor)
         Console().print(table)
 
     @kb_app.command("strategies")
@@ -148,7 +130,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show a kernel (its code, measurements and provenance) or a strategy (with its evidence)."""
         from kb import store  # lazy: the knowledge base loads sqlalchemy
-        from kb.export import kernel_metadata  # lazy: the knowledge base loads sqlalchemy
+        from kb.records import KernelDetail  # lazy: the knowledge base loads sqlalchemy
 
         console = Console()
         with _sessions(db)() as session:
@@ -167,11 +149,11 @@ def register(app: typer.Typer) -> None:
             if kernel is None:
                 console.print(f"[red]no kernel {item}[/]")
                 raise typer.Exit(1)
-            data = kernel_metadata(kernel) | {"code": kernel.code, "evaluation": kernel.evaluation}
+            detail = KernelDetail.of(kernel)
         if as_json:
-            typer.echo(json.dumps(data, indent=2))
+            typer.echo(json.dumps(detail.to_json(), indent=2))
             return
-        _print_kernel(console, data)
+        _print_kernel(console, detail)
 
     @kb_app.command("verify")
     def verify_cmd(
@@ -219,14 +201,15 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"check it with: cd {out} && pytest -q test_kernel.py")
 
 
-def _print_kernel(console: Console, k: dict) -> None:
-    floor = f", {100 * k['fraction_of_floor']:.0f}% of roofline" if k["fraction_of_floor"] else ""
-    console.print(f"[bold]kernel {k['kernel_id']}[/] for {k['workload']} ({k['family']}, world size {k['world_size']}, {k['gpu'] or k['device']})")
-    console.print(f"{k['speedup']:.2f}x: {k['candidate_ms']:.4g} ms vs reference {k['reference_ms']:.4g} ms{floor}")
-    console.print(f"strategy {k['strategy']} {json.dumps(k['params'], sort_keys=True)}; job {k['job_id']} step {k['step_index']}; model {k['model'] or '-'}")
-    if k["rationale"]:
-        console.print(f"why: {k['rationale']}", markup=False, highlight=False)
-    console.print(Syntax(k["code"], "python", line_numbers=False))
+def _print_kernel(console: Console, k) -> None:
+    """A ``kb.records.KernelDetail`` as text."""
+    floor = f", {100 * k.fraction_of_floor:.0f}% of roofline" if k.fraction_of_floor else ""
+    console.print(f"[bold]kernel {k.id}[/] for {k.workload_name} ({k.family}, world size {k.world_size}, {k.hardware})")
+    console.print(f"{k.speedup:.2f}x: {k.candidate_ms:.4g} ms vs reference {k.reference_ms:.4g} ms{floor}")
+    console.print(f"strategy {k.strategy} {json.dumps(k.params, sort_keys=True)}; job {k.job_id} step {k.step_index}; model {k.model or '-'}")
+    if k.rationale:
+        console.print(f"why: {k.rationale}", markup=False, highlight=False)
+    console.print(Syntax(k.code, "python", line_numbers=False))
 
 
 def _print_strategy(console: Console, s: dict) -> None:

@@ -35,7 +35,7 @@ def test_search_show_and_export_through_settings(sqlite_db, tmp_path, monkeypatc
 
     result = runner.invoke(app, ["kb", "search", "moe", "--family", "expert_parallel", "--json"])
     [row] = json.loads(result.output)
-    assert (row["workload"], row["strategy"]) == ("moe_dispatch", "cuda_graph") and row["score"] > 0
+    assert (row["workload_name"], row["strategy"]) == ("moe_dispatch", "cuda_graph") and row["score"] > 0
 
     result = runner.invoke(app, ["kb", "search", "overlap"])
     assert result.exit_code == 0 and "overlap_chunks" in result.output and "moe_dispatch" not in result.output
@@ -44,7 +44,7 @@ def test_search_show_and_export_through_settings(sqlite_db, tmp_path, monkeypatc
     top = rows[0]["id"]
     result = runner.invoke(app, ["kb", "show", top, "--json"])
     shown = json.loads(result.output)
-    assert shown["kernel_id"] == top and shown["code"].startswith("# overlap_chunks") and shown["evaluation"]["status"] == "correct"
+    assert shown["id"] == top and shown["code"].startswith("# overlap_chunks") and shown["evaluation"]["status"] == "correct"
     assert "2.40x" in runner.invoke(app, ["kb", "show", top]).output
 
     strategies = json.loads(runner.invoke(app, ["kb", "strategies", "--json"]).output)

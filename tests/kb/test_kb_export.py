@@ -91,7 +91,7 @@ def test_exported_kernel_passes_its_own_test_without_kloom(sqlite_db, tmp_path):
     assert sorted(p.name for p in written) == ["README.md", "kernel.json", "kernel.py", "test_kernel.py", "workload.py"]
     assert (out / "kernel.py").read_text() == KERNEL_SOURCE and (out / "workload.py").read_text() == WORKLOAD_SOURCE
     meta = json.loads((out / "kernel.json").read_text())
-    assert (meta["kernel_id"], meta["world_size"], meta["device"], meta["speedup"]) == (kernel_id, 4, "cpu", 1.6)
+    assert (meta["id"], meta["world_size"], meta["device"], meta["speedup"]) == (kernel_id, 4, "cpu", 1.6)
     assert "1.60x faster" in (out / "README.md").read_text()
     for name in ("kernel.py", "workload.py", "test_kernel.py"):
         assert not imported_roots((out / name).read_text()) & set(BLOCKED), name

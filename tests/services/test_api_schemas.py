@@ -8,6 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from agents.records import Limits
+from kb import records
+from services.api.routes.kb import KernelPublic, KernelSummary
 from services.api.schemas import JobPublic, JobSettings
 
 
@@ -22,3 +24,9 @@ def test_a_submissions_limits_are_the_jobs_limits_with_bounds():
 
 def test_a_jobs_public_limits_are_the_record():
     assert JobPublic.model_fields["limits"].annotation is Limits
+
+
+def test_the_knowledge_bases_kernel_bodies_are_its_records():
+    """``kb.records`` builds a kept kernel once; the API's bodies carry exactly its fields."""
+    assert set(KernelSummary.model_fields) == {f.name for f in dataclasses.fields(records.KernelSummary)}
+    assert set(KernelPublic.model_fields) == {f.name for f in dataclasses.fields(records.KernelDetail)}

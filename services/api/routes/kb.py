@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
-from kb import store
+from kb import records, store
 from kb.export import ExportError, export_zip
 from kloom import suite
 from services.db.models import Job
@@ -21,6 +21,8 @@ router = APIRouter(prefix="/kb", tags=["knowledge base"])
 
 
 class KernelSummary(BaseModel):
+    """``kb.records.KernelSummary`` over REST (the same fields: a test keeps them so)."""
+
     id: str
     workload_name: str
     workload_sha256: str
@@ -43,6 +45,8 @@ class KernelSummary(BaseModel):
 
 
 class KernelPublic(KernelSummary):
+    """``kb.records.KernelDetail`` over REST."""
+
     code: str
     code_sha256: str
     signature: dict[str, Any]
@@ -101,7 +105,7 @@ def _fields(row, model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _summary(kernel, score: float | None = None) -> KernelSummary:
-    return KernelSummary(**_fields(kernel, KernelSummary), id=kernel.public_id, score=score)
+    return KernelSummary.model_validate(records.KernelSummary.of(kernel, score=score), from_attributes=True)
 
 
 def _strategy(strategy) -> dict[str, Any]:
@@ -149,7 +153,7 @@ def search_kernels(
 def get_kernel(kernel_id: str, _key: CurrentKey, session: SessionDep) -> KernelPublic:
     """One kernel: its code, evaluation record, workload signature and provenance."""
     kernel = _kernel_or_404(session, kernel_id)
-    return KernelPublic(**_fields(kernel, KernelPublic), id=kernel.public_id)
+    return KernelPublic.model_validate(records.KernelDetail.of(kernel), from_attributes=True)
 
 
 @router.get(
