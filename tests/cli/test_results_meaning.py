@@ -6,6 +6,7 @@ measurable wins only, fast_1 is given both ways; `kloom bench report` prints the
 from __future__ import annotations
 
 import random
+import statistics
 import shutil
 from pathlib import Path
 
@@ -38,11 +39,30 @@ def test_paired_interval_separates_a_win_from_noise():
     win = paired_interval([_samples(1.5, 60, 3)], [_samples(1.0, 60, 4)])
     assert 1.3 < win[0] < 1.5 < win[1] < 1.7 and verdict(*win) == "faster"
     assert paired_interval([_samples(1.5, 60, 3)], [_samples(1.0, 60, 4)]) == win  # seeded
-    # Two ranks: each call's time is the slower rank's.
+    # Two ranks: a side's time is its slowest rank's median.
     two = paired_interval([[1.0] * 10, [3.0] * 10], [[2.0] * 10, [1.0] * 10])
     assert two == (1.5, 1.5)
     with pytest.raises(ValueError):
         paired_interval([[1.0]], [[1.0]])
+
+
+def test_the_reported_speedup_lies_in_its_interval_when_the_ranks_noise_differs():
+    """The speedup reported is the slowest rank's median over the slowest rank's median. Two ranks
+    whose noise is not in step (each call slow on one rank or the other) made the median of each
+    call's slowest rank larger than either rank's median: an interval of that statistic lay
+    wholly below the reported figure."""
+    rng = random.Random(7)
+    ref, cand = [[], []], [[], []]
+    for _ in range(200):
+        slow = rng.randrange(2)  # the rank this call is slow on
+        for rank in range(2):
+            ref[rank].append(1.0 * (1.6 if rank == slow and rng.random() < 0.5 else 1.0) * (1 + rng.uniform(-0.02, 0.02)))
+            cand[rank].append(0.5 * (1 + rng.uniform(-0.02, 0.02)))
+    reported = max(statistics.median(r) for r in ref) / max(statistics.median(c) for c in cand)
+    low, high = paired_interval(ref, cand)
+    assert low <= reported <= high, (low, reported, high)
+    per_call_slowest = statistics.median(max(a, b) for a, b in zip(*ref)) / statistics.median(max(a, b) for a, b in zip(*cand))
+    assert per_call_slowest > high  # the statistic the interval used to describe
 
 
 def _timing(ref: list[float], cand: list[float], **extra) -> TimingRecord:
