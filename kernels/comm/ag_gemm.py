@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from .peers import NO_TIMEOUT, Peers, resident_programs, side_stream
-from .signal import signal, signal_flag, wait, wait_flags
+from .signal import PER_CALL, signal, signal_flag, wait, wait_flags
 from .tiles import swizzle
 
 
@@ -127,7 +127,7 @@ def _wait_rows(flags_ptr, status_ptr, lo, hi, rank, ms, M, chunk_rows, n_chunks,
         r += tl.minimum(chunk_rows - (off - c * chunk_rows), ms - off)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _ag_gemm_kernel(
     shard_ptr, gathered_ptr, b_ptr, c_ptr, flags_ptr, status_ptr, data_ptrs, flag_ptrs,
     ms, N, K, stride_bk, stride_bn, stride_cm, stride_cn,

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from .peers import NO_TIMEOUT, Peers
-from .signal import signal, wait
+from .signal import PER_CALL, signal, wait
 
 #: The widest row a program holds at once.
 MAX_ROW = 32768
@@ -118,7 +118,7 @@ def _rows_of(owner, T, block, TWO_SHOT: tl.constexpr):
     return lo, hi
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _ar_norm_kernel(
     x_ptr, res_ptr, w_ptr, h_ptr, y_ptr, buf_ptr, flags_ptr, status_ptr, data_ptrs, flag_ptrs,
     T, H, n_total, eps, rank, world, epoch, parity_offset, max_spins,

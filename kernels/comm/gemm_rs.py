@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .peers import NO_TIMEOUT, Peers, resident_programs, side_stream
-from .signal import signal, signal_flag, wait
+from .signal import PER_CALL, signal, signal_flag, wait
 from .tiles import swizzle
 
 
@@ -93,7 +93,7 @@ def supported(a: torch.Tensor, b: torch.Tensor, world: int) -> bool:
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _gemm_rs_kernel(
     a_ptr, b_ptr, out_ptr, inbox_ptr, flags_ptr, status_ptr, data_ptrs, flag_ptrs,
     ms, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -191,7 +191,7 @@ def _receive_reduced(out_ptr, inbox_ptr, flags_ptr, status_ptr, tile, ms, N, ran
         tl.store(out_ptr + owner * ms * N + offs, values, mask=mask & arrived)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _reduce_inbox_kernel(own_ptr, inbox_ptr, out_ptr, flags_ptr, status_ptr, n, rank, world, epoch, max_spins, BLOCK: tl.constexpr):
     """out = own + the inbox slot of every peer (float32, rank order), once each peer flagged it.
     Grid-stride over blocks with fewer programs than SMs: while they spin, the kernels that flag

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .peers import NO_TIMEOUT, Peers
-from .signal import signal, wait
+from .signal import PER_CALL, signal, wait
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _wait_sources(flags_ptr, status_ptr, source_start_ptr, j, lo, hi, world, pro
                 wait(flags_ptr + s * programs + p, epoch, max_spins, status_ptr)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _dispatch_kernel(
     x_ptr, token_ptr, w_ptr, row_ptr, dest_ptr, recv_ptr, recv_w_ptr, out_ptr, out_w_ptr, weight_ptr,
     tiles_ptr, expert_start_ptr, source_start_ptr, flags_ptr, status_ptr, data_ptrs, wdata_ptrs, flag_ptrs,
@@ -234,7 +234,7 @@ def dispatch(
     return out, out_w, routing.tokens_per_expert
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _combine_kernel(
     out_rows_ptr, src_index_ptr, dest_ptr, row_ptr, ret_ptr, inv_ptr, topw_ptr, out_ptr, flags_ptr, status_ptr, data_ptrs, flag_ptrs,
     n_rows, tokens, H, rank, world, epoch, parity_offset, max_spins,

@@ -18,6 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
+#: Launch arguments that change on every call (the flag epoch, the half of a double buffer in
+#: use). Triton specialises an integer argument on its value (equal to 1, a multiple of 16) and
+#: compiles a new variant the first time one shows up: epoch 16 would compile in the middle of a
+#: timed run, and every launch would key on them. Every launched comm kernel declares them.
+PER_CALL = ["epoch", "parity_offset", "w_parity_offset"]
+
 
 @triton.jit
 def signal(flag_ptr, epoch):
@@ -45,12 +51,12 @@ def wait(flag_ptr, epoch, max_spins, status_ptr):
     return ok
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _signal_kernel(flag_ptr, index, epoch):
     signal(flag_ptr + index, epoch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PER_CALL)
 def _wait_kernel(flag_ptr, first, count, epoch, max_spins, status_ptr):
     for i in range(first, first + count):
         wait(flag_ptr + i, epoch, max_spins, status_ptr)
