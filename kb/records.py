@@ -1,7 +1,7 @@
 """A kept kernel as every reader of the knowledge base sees it: ``kloom kb search``/``show``, an
-export's ``kernel.json`` and the REST API (whose schemas take their fields from these records,
-``services/api/routes/kb.py``). Built from the database row in one place; only ``to_json``
-turns one into plain values."""
+export's ``kernel.json`` and the REST API (``services/api/routes/kb.py`` returns these records as
+they are). Built from the database row in one place; only ``to_json`` and the API turn one into
+plain values."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class KernelSummary:
     fraction_of_floor: float | None
     job_id: str
     step_index: int
-    evaluator_version: str
-    verified_at: dt.datetime | None
+    evaluator_version: str  # the evaluator that judged it ("1": the one whose candidates shared the reference's process)
+    verified_at: dt.datetime | None  # when ``kloom kb verify`` last judged it again and it still passed
     score: float | None = None  # relevance to a text search, when there was one
 
     @classmethod

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 from pydantic import ValidationError
 
 from agents.records import Limits
 from kb import records
-from services.api.routes.kb import KernelPublic, KernelSummary
+from services.api.routes.kb import KernelsPublic, get_kernel
 from services.api.schemas import JobPublic, JobSettings
 
 
@@ -27,6 +28,6 @@ def test_a_jobs_public_limits_are_the_record():
 
 
 def test_the_knowledge_bases_kernel_bodies_are_its_records():
-    """``kb.records`` builds a kept kernel once; the API's bodies carry exactly its fields."""
-    assert set(KernelSummary.model_fields) == {f.name for f in dataclasses.fields(records.KernelSummary)}
-    assert set(KernelPublic.model_fields) == {f.name for f in dataclasses.fields(records.KernelDetail)}
+    """``kb.records`` builds a kept kernel once; the API returns those records."""
+    assert KernelsPublic.model_fields["data"].annotation == list[records.KernelSummary]
+    assert typing.get_type_hints(get_kernel)["return"] is records.KernelDetail

@@ -4,11 +4,10 @@ kloom, shared by all of its users."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from kb import records, store
 from kb.export import ExportError, export_zip
@@ -20,45 +19,8 @@ from ..deps import CurrentKey, SessionDep
 router = APIRouter(prefix="/kb", tags=["knowledge base"])
 
 
-class KernelSummary(BaseModel):
-    """``kb.records.KernelSummary`` over REST (the same fields: a test keeps them so)."""
-
-    id: str
-    workload_name: str
-    workload_sha256: str
-    family: str
-    world_size: int
-    device: str
-    gpu: str
-    interconnect: str
-    strategy: str
-    params: dict[str, Any]
-    speedup: float
-    candidate_ms: float
-    reference_ms: float
-    fraction_of_floor: float | None
-    job_id: str
-    step_index: int
-    evaluator_version: str = Field(description='The evaluator version that judged it ("1": the one whose candidates shared the reference\'s process).')
-    verified_at: dt.datetime | None = Field(None, description="When `kloom kb verify` last judged it again and it still passed.")
-    score: float | None = None  # relevance to ``q``, when searched by text
-
-
-class KernelPublic(KernelSummary):
-    """``kb.records.KernelDetail`` over REST."""
-
-    code: str
-    code_sha256: str
-    signature: dict[str, Any]
-    evaluation: dict[str, Any]
-    plan_source: str
-    rationale: str
-    model: str
-    created_at: dt.datetime
-
-
 class KernelsPublic(BaseModel):
-    data: list[KernelSummary]
+    data: list[records.KernelSummary]  # the knowledge base's own records, as every reader gets them
     count: int
 
 
@@ -104,8 +66,8 @@ def _fields(row, model: type[BaseModel]) -> dict[str, Any]:
     return {name: getattr(row, name) for name in model.model_fields if hasattr(row, name) and name != "id"}
 
 
-def _summary(kernel, score: float | None = None) -> KernelSummary:
-    return KernelSummary.model_validate(records.KernelSummary.of(kernel, score=score), from_attributes=True)
+def _summary(kernel, score: float | None = None) -> records.KernelSummary:
+    return records.KernelSummary.of(kernel, score=score)
 
 
 def _strategy(strategy) -> dict[str, Any]:
@@ -150,10 +112,10 @@ def search_kernels(
 
 
 @router.get("/kernels/{kernel_id}")
-def get_kernel(kernel_id: str, _key: CurrentKey, session: SessionDep) -> KernelPublic:
+def get_kernel(kernel_id: str, _key: CurrentKey, session: SessionDep) -> records.KernelDetail:
     """One kernel: its code, evaluation record, workload signature and provenance."""
     kernel = _kernel_or_404(session, kernel_id)
-    return KernelPublic.model_validate(records.KernelDetail.of(kernel), from_attributes=True)
+    return records.KernelDetail.of(kernel)
 
 
 @router.get(
