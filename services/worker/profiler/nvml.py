@@ -2,7 +2,7 @@
 
 ``gpu_inventory()`` describes each GPU (model, memory, driver, how it is joined to every other
 GPU) for the worker's heartbeat. ``NvmlSampler`` samples utilisation, memory, clocks, power,
-temperature and NVLink traffic in a background thread during timing, and flags a run whose
+temperature and NVLink traffic from a process of its own during timing, and flags a run whose
 clocks were held back or whose GPU also ran someone else's process.
 
 ``pynvml`` is imported lazily; without it, without a driver, or on a CPU machine every entry
@@ -11,14 +11,22 @@ point returns an explicit ``{"status": "unavailable", "reason": ...}`` instead o
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import signal
 import statistics
+import subprocess
+import sys
 import threading
-import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kloom.processes import descendants
+
+#: The repository root, where the sampler's process imports its module from.
+_ROOT = str(Path(__file__).resolve().parents[3])
 
 #: Clock event (throttle) reason bits, from nvml.h.
 CLOCK_EVENT_REASONS = {
@@ -172,114 +180,103 @@ def gpu_inventory() -> list[dict[str, Any]]:
 
 
 class NvmlSampler:
-    """Samples the given GPUs every ``interval_s`` seconds in a background thread.
+    """Samples the given GPUs every ``interval_s`` seconds while its block runs.
 
     ``with NvmlSampler([0, 1]) as sampler: ...`` then ``sampler.summary()``: the indices are CUDA
     ordinals (``cuda:0``, ``cuda:1`` under this process's ``CUDA_VISIBLE_DEVICES``). Processes on a GPU
     that are neither this process nor one of its descendants count as another's; processes whose
     PID this machine cannot see (another PID namespace) are listed as unattributed.
+
+    NVML runs in a process of its own (``nvml_sampling.py``): a crash inside NVML ends the
+    sampling, not the caller; the summary keeps what was sampled and says why it stopped.
     """
+
+    #: How long the sampler's process may take to open NVML before sampling counts as unavailable.
+    START_TIMEOUT_S = 30.0
 
     def __init__(self, device_indices: Sequence[int], interval_s: float = 0.05):
         self.device_indices = list(device_indices)
         self.interval_s = interval_s
         self.samples: dict[int, list[dict[str, Any]]] = {i: [] for i in self.device_indices}
         self.reason = ""
-        self._nv = None
-        self._handles: dict[int, Any] = {}
-        self._links: dict[int, list[int]] = {}
+        self.stopped = ""  # why sampling ended before the block did (its process died)
+        self._proc: subprocess.Popen | None = None
         self._ours: set[int] = set()
         self._ownership: dict[int, str] = {}
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._started = 0.0
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "services.worker.profiler.nvml_sampling", str(self.interval_s), *map(str, self.device_indices)]
 
     def __enter__(self) -> "NvmlSampler":
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])))
         try:
-            self._nv = _open()
-        except NvmlUnavailable as exc:
-            self.reason = str(exc)
+            self._proc = subprocess.Popen(self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as exc:
+            self.reason = f"the NVML sampler could not start: {exc}"
             return self
-        try:
-            visible = visible_handles(self._nv)
-        except self._nv.NVMLError as exc:
-            return self._give_up(f"NVML could not list the GPUs: {exc}")
-        missing = [i for i in self.device_indices if i >= len(visible)]
-        if missing:
-            return self._give_up(f"NVML has no GPU {missing}: this process's CUDA sees {len(visible)}")
-        self._handles = {i: visible[i][1] for i in self.device_indices}
-        self._links = {i: _active_links(self._nv, h) for i, h in self._handles.items()}
-        self._started = time.monotonic()
-        self._sample()
-        self._thread = threading.Thread(target=self._loop, name="kloom-nvml", daemon=True)
+        first = self._first_line()
+        if first.get("ready") is not True:
+            self.reason = str(first.get("reason") or "the NVML sampler did not start")
+            self._end()
+            return self
+        self._thread = threading.Thread(target=self._read, name="kloom-nvml", daemon=True)
         self._thread.start()
         return self
 
-    def _give_up(self, reason: str) -> "NvmlSampler":
-        """No sampling: the block runs and ``summary()`` says why."""
-        self.reason = reason
-        self._nv.nvmlShutdown()
-        self._nv = None
-        return self
+    def _first_line(self) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], self.START_TIMEOUT_S)
+        if not ready:
+            return {"reason": f"the NVML sampler did not answer within {self.START_TIMEOUT_S:g} s"}
+        line = self._proc.stdout.readline()
+        try:
+            return json.loads(line) if line else {"reason": f"the NVML sampler exited ({_exit_text(self._proc.wait())}) before sampling"}
+        except ValueError:
+            return {"reason": f"the NVML sampler said {line[:200]!r}"}
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            for key, sample in record.get("gpus", {}).items():
+                index = int(key)
+                if index not in self.samples:
+                    continue
+                for pid in sample.get("pids", []):
+                    # Judged while the process runs: ours may have exited by the time of summary().
+                    if pid not in self._ownership:
+                        self._ownership[pid] = self._owner(pid)
+                self.samples[index].append({"t": record.get("t", 0.0), **sample})
 
     def __exit__(self, *exc) -> None:
-        if self._nv is None:
+        if self._proc is None:
             return
-        self._stop.set()
+        code = self._end()
         if self._thread is not None:
-            self._thread.join()
-        self._sample()
-        self._nv.nvmlShutdown()
-        self._nv = None
+            self._thread.join(timeout=10)
+            if code not in (0, None):
+                self.stopped = f"NVML sampling stopped early: its process {_exit_text(code)}"
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
-    def _sample(self) -> None:
-        nv = self._nv
-        now = time.monotonic() - self._started
-        for index, handle in self._handles.items():
-            util = _try(nv.nvmlDeviceGetUtilizationRates, handle)
-            memory = _try(nv.nvmlDeviceGetMemoryInfo, handle)
-            power = _try(nv.nvmlDeviceGetPowerUsage, handle)
-            reasons = _try(nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
-            if reasons is None:
-                reasons = _try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-            procs = _try(nv.nvmlDeviceGetComputeRunningProcesses, handle, default=[]) or []
-            tx, rx = self._nvlink_kib(handle, self._links.get(index, []))
-            pids = sorted({int(p.pid) for p in procs})
-            for pid in pids:
-                # Judged while the process runs: ours may have exited by the time of summary().
-                if pid not in self._ownership:
-                    self._ownership[pid] = self._owner(pid)
-            self.samples[index].append(
-                {
-                    "t": now,
-                    "gpu_util_pct": util.gpu if util is not None else None,
-                    "mem_util_pct": util.memory if util is not None else None,
-                    "memory_used_gib": memory.used / 2**30 if memory is not None else None,
-                    "sm_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM),
-                    "mem_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM),
-                    "power_w": power / 1000.0 if power is not None else None,
-                    "temperature_c": _try(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
-                    "clock_event_reasons": int(reasons) if reasons is not None else 0,
-                    "nvlink_tx_kib": tx,
-                    "nvlink_rx_kib": rx,
-                    "pids": pids,
-                }
-            )
-
-    def _nvlink_kib(self, handle, links: list[int]) -> tuple[float | None, float | None]:
-        if not links:
-            return None, None
-        fields = [(_NVLINK_TX, link) for link in links] + [(_NVLINK_RX, link) for link in links]
-        values = _try(self._nv.nvmlDeviceGetFieldValues, handle, fields)
-        if values is None:
-            return None, None
-        tx = [_field_value(v) for v in values[: len(links)] if v.nvmlReturn == 0]
-        rx = [_field_value(v) for v in values[len(links) :] if v.nvmlReturn == 0]
-        return (sum(tx) if tx else None), (sum(rx) if rx else None)
+    def _end(self) -> int | None:
+        """Close the sampler's stdin (it samples once more and exits), then wait for it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return proc.wait(timeout=max(5.0, 20 * self.interval_s))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
 
     def _owner(self, pid: int) -> str:
         if pid not in self._ours:
@@ -293,7 +290,20 @@ class NvmlSampler:
         clock event reasons seen, and others' processes; plus the run's flags."""
         if self.reason:
             return unavailable(self.reason)
-        return summarise_samples(self.samples, self._ownership, self.interval_s)
+        summary = summarise_samples(self.samples, self._ownership, self.interval_s)
+        if self.stopped:
+            summary["stopped"] = self.stopped
+            summary["flags"].append(f"nvml_sampling_stopped: {self.stopped}")
+        return summary
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"died of {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died of signal {-code}"
+    return f"exited with status {code}"
 
 
 def _field_value(v) -> float:

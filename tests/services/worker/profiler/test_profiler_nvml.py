@@ -2,6 +2,7 @@
 constructed samples, and (marked gpu) the real thing."""
 
 import os
+import sys
 import threading
 import time
 
@@ -158,3 +159,100 @@ def test_sampler_sees_a_busy_gpu_and_our_own_process():
     assert dev["gpu_util_pct"]["max"] > 50
     assert dev["sm_clock_mhz"]["max"] > 500 and dev["power_w"]["max"] > 50
     assert os.getpid() not in dev["other_processes"]
+
+
+# --- the PIDs on a GPU, whatever size of record the driver writes -----------------------------
+
+
+class _Driver:
+    """An NVML whose process query writes ``record``-byte records, ``procs`` of them."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_SUCCESS, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_FUNCTION_NOT_FOUND = 0, 7, 13
+
+    def __init__(self, record: int, pids: list[int], grow_to: list[int] | None = None):
+        self.record, self.pids, self.grow_to, self.calls = record, pids, grow_to, 0
+
+    def _nvmlGetFunctionPointer(self, symbol):
+        return self.query
+
+    def query(self, handle, count_ref, buffer):
+        import ctypes
+
+        self.calls += 1
+        count = count_ref._obj
+        if buffer is None:
+            count.value = len(self.pids)
+            pids = self.pids
+            if self.grow_to is not None:  # processes start between the size query and the read
+                self.pids = self.grow_to
+            return self.NVML_SUCCESS if not pids else self.NVML_ERROR_INSUFFICIENT_SIZE
+        if count.value < len(self.pids):
+            count.value = len(self.pids)
+            return self.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, pid in enumerate(self.pids):
+            # pid, then the rest of the record as the driver fills it (memory, ids: never the sentinel)
+            record = pid.to_bytes(4, "little") + bytes(4) + (123).to_bytes(8, "little") + bytes(self.record - 16)
+            ctypes.memmove(ctypes.addressof(buffer) + i * self.record, record, self.record)
+        count.value = len(self.pids)
+        return self.NVML_SUCCESS
+
+
+@pytest.mark.parametrize("record", [16, 24, 32, 40])
+def test_compute_pids_reads_records_of_any_size_without_writing_past_its_buffer(record):
+    from services.worker.profiler.nvml_pids import compute_pids
+
+    driver = _Driver(record, [101, 202, 303])
+    assert compute_pids(driver, handle=None) == [101, 202, 303]
+
+
+def test_compute_pids_when_processes_start_between_the_two_calls():
+    from services.worker.profiler.nvml_pids import compute_pids
+
+    driver = _Driver(32, [7], grow_to=list(range(1, 40)))
+    assert compute_pids(driver, handle=None) == list(range(1, 40))
+    assert compute_pids(_Driver(32, []), handle=None) == []
+
+
+def test_pids_from_survives_a_last_field_that_ends_like_the_sentinel():
+    from services.worker.profiler.nvml_pids import pids_from
+
+    records = b"".join(pid.to_bytes(4, "little") + bytes(20) + b"\x01\x00\x00\x00\x00\xaa\xaa\xaa" for pid in (5, 6))
+    assert pids_from(records + b"\xaa" * 200, 2) == [5, 6]
+
+
+# --- a crash inside NVML ends the sampling, not the caller -------------------------------------
+
+
+def test_a_sampler_that_dies_mid_block_leaves_the_caller_running_and_says_so(monkeypatch):
+    """NVML aborted inside the profiler's own process on 2xH200; the sampler now runs in a process
+    of its own, and its death is reported, with the samples it took before it."""
+    script = (
+        "import json, os, sys\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "for t in (0.0, 0.05):\n"
+        "    print(json.dumps({'t': t, 'gpus': {'0': {'sm_clock_mhz': 1980, 'clock_event_reasons': 0, 'pids': [os.getpid()]}}}), flush=True)\n"
+        "os.abort()\n"
+    )
+    monkeypatch.setattr(NvmlSampler, "_command", lambda self: [sys.executable, "-c", script])
+    with NvmlSampler([0], interval_s=0.01) as sampler:
+        time.sleep(0.5)
+        still_here = os.getpid()
+    assert still_here == os.getpid()
+    summary = sampler.summary()
+    assert summary["status"] == "ok" and summary["devices"]["0"]["samples"] == 2
+    assert "SIGABRT" in summary["stopped"] and any(f.startswith("nvml_sampling_stopped") for f in summary["flags"])
+    assert summary["devices"]["0"]["sm_clock_mhz"]["max"] == 1980
+
+
+def test_a_sampler_that_never_answers_is_reported_unavailable(monkeypatch):
+    monkeypatch.setattr(NvmlSampler, "START_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(NvmlSampler, "_command", lambda self: [sys.executable, "-c", "import time; time.sleep(30)"])
+    started = time.monotonic()
+    with NvmlSampler([0], interval_s=0.01) as sampler:
+        pass
+    assert time.monotonic() - started < 10
+    summary = sampler.summary()
+    assert summary["status"] == "unavailable" and "did not answer" in summary["reason"]

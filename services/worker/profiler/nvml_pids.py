@@ -1,0 +1,64 @@
+"""The PIDs of the compute processes on a GPU, read without trusting the binding's record size.
+
+nvidia-ml-py's ``nvmlDeviceGetComputeRunningProcesses`` hands the driver an array of its own
+``nvmlProcessInfo`` records; where the driver writes a larger record than the binding allocated
+(the record grew a field across NVML versions, 24 -> 32 bytes), the driver writes past the array
+and corrupts the heap, and the process dies later with SIGABRT (seen on 2xH200 while the profiler
+sampled a sandboxed run: ``results/gpu/h200x2-checks/``). Here the buffer is sized for records far
+larger than any NVML version's, filled with a sentinel first, and the stride the driver used is
+read from how many bytes it wrote; only each record's first field (the PID, at offset 0 in every
+version) is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+#: Bytes reserved per record: more than any nvmlProcessInfo version writes (16, 24 or 32 so far).
+RECORD_BYTES_MAX = 64
+_SENTINEL = 0xAA
+_SYMBOLS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")
+
+
+def pids_from(raw: bytes, count: int) -> list[int]:
+    """The PIDs in ``count`` records the driver wrote at the start of a sentinel-filled ``raw``."""
+    if count <= 0:
+        return []
+    written = len(raw.rstrip(bytes([_SENTINEL])))
+    # Records are 8-byte aligned: a last field whose top bytes happen to equal the sentinel
+    # shortens ``written`` by less than 8, which rounding up to the record's size absorbs.
+    stride = (-(-written // count) + 7) // 8 * 8 or 8
+    if stride * count > len(raw):
+        raise ValueError(f"the driver wrote {written} bytes for {count} records: more than reserved")
+    return [struct.unpack_from("I", raw, i * stride)[0] for i in range(count)]
+
+
+def compute_pids(nv, handle, attempts: int = 4) -> list[int]:
+    """The PIDs of the compute processes on ``handle`` (pynvml module ``nv``, initialised).
+
+    Raises ``nv.NVMLError`` as the binding's own query does (not supported, GPU lost, ...).
+    """
+    fn = None
+    for symbol in _SYMBOLS:
+        try:
+            fn = nv._nvmlGetFunctionPointer(symbol)
+            break
+        except nv.NVMLError:
+            continue
+    if fn is None:
+        raise nv.NVMLError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    for _ in range(attempts):
+        if ret == nv.NVML_SUCCESS and count.value == 0:
+            return []
+        if ret not in (nv.NVML_SUCCESS, nv.NVML_ERROR_INSUFFICIENT_SIZE):
+            raise nv.NVMLError(ret)
+        capacity = count.value * 2 + 8  # processes may start between the two calls
+        buffer = ctypes.create_string_buffer(bytes([_SENTINEL]) * (capacity * RECORD_BYTES_MAX))
+        count.value = capacity
+        ret = fn(handle, ctypes.byref(count), buffer)
+        if ret == nv.NVML_SUCCESS:
+            return pids_from(buffer.raw[: capacity * RECORD_BYTES_MAX], count.value)
+    raise nv.NVMLError(ret)
