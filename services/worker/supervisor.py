@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from kloom.db import create_db_engine, session_factory
+from kloom.processes import exit_description
 from kloom.settings import Settings
 from services.db import workers
 
@@ -64,7 +65,7 @@ class WorkerSupervisor:
             if self._stopping.is_set():
                 return
             dead = self.proc.pid
-            log.error("the worker (pid %d) died (%s); starting another", dead, _how(code))
+            log.error("the worker (pid %d) died (%s); starting another", dead, exit_description(code))
             self._mark_stopped(dead)
             backoff = 1.0 if time.monotonic() - born >= HEALTHY_AFTER_S else min(backoff * 2, MAX_BACKOFF_S)
             if self._stopping.wait(backoff if self.restarts else 0):
@@ -96,12 +97,3 @@ class WorkerSupervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
         self._thread.join(5)
-
-
-def _how(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"

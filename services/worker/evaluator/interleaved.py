@@ -10,10 +10,12 @@ reference's, and rounds' last outputs are judged whole.
 
 from __future__ import annotations
 
+import gc
 import math
 import secrets
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
@@ -24,6 +26,7 @@ from .pool import RankPool, Replies
 from .pool_replies import replies_value
 from .projection_check import Projections
 from .settings import EvalSettings
+from .timing import gc_paused, settle_gc
 
 #: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
 #: and a process runs on for an instant after SIGSTOP is sent), in seconds and as a share of the
@@ -37,6 +40,7 @@ class Block:
     times: dict[int, list[float]]  # per rank, ms, from the side's own clock
     wall_ms: float  # the judge's clock
     projections: dict[int, Projections] | None = None  # per rank: every timed call's (timing rounds)
+    phases: dict[int, dict] | None = None  # per rank: where the side says its time went (diagnostic only)
 
     @property
     def reported_ms(self) -> float:
@@ -47,7 +51,7 @@ class Timing:
     """Interleaved blocks of the two sides, each timed with the other stopped."""
 
     def __init__(self, pools: JudgePools, settings: EvalSettings, limit, check_candidate, judge_outputs,
-                 tolerance: dict[str, tuple[float, float]], flag):
+                 tolerance: dict[str, tuple[float, float]], flag, between_blocks: Callable[[], None] | None = None):
         self.pools = pools
         self.s = settings
         self.limit = limit  # seconds -> seconds, bounded by the evaluation's deadline
@@ -57,6 +61,10 @@ class Timing:
         self.judge_outputs = judge_outputs
         self.tolerance = tolerance  # by dtype name: the reference's bounds on the projections
         self.flag = flag  # str -> None: a flag on the result
+        # Run after every block, with both sides idle: the GPU's NVML sample (its queries, run
+        # beside a block, stalled both sides' CUDA calls by 10-30 ms and the clock check rejected
+        # correct candidates on that noise: benchmarks/gpu/clock_case.py on 2xH200).
+        self.between_blocks = between_blocks
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
         self.flagged: set[str] = set()
@@ -85,6 +93,7 @@ class Timing:
         # Spares admitted to join would do device work beside a timed block: they stop. So do
         # all of them on the CPU, where importing torch would take the timed side's cores; on a
         # GPU machine the others only import, on cores of their own.
+        settle_gc()  # this process's clock measures every block: no collection of the judge's inside one
         try:
             self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
             warm = max(1, s.warmup_iters)
@@ -116,6 +125,7 @@ class Timing:
                 self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
                 blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
         finally:
+            gc.unfreeze()
             ref.resume()
             cand.resume()
             self.pools.resume_spares()
@@ -145,9 +155,12 @@ class Timing:
         if side.role == "reference" and side.device == "cuda":
             args["quiet"] = {"threshold_ms": self.s.gpu_quiet_probe_ms, "patience_s": self.s.gpu_quiet_patience_s}
         before = other.stop()
-        started = time.perf_counter()
-        replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
-        wall_ms = (time.perf_counter() - started) * 1e3
+        with gc_paused():
+            started = time.perf_counter()
+            replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
+            wall_ms = (time.perf_counter() - started) * 1e3
+        if self.between_blocks is not None:
+            self.between_blocks()
         self.stopped_cpu[other.role] += other.stopped_cpu_seconds() - before
         self.stopped_wall[other.role] += wall_ms / 1e3
         if side.role == "candidate":
@@ -164,7 +177,8 @@ class Timing:
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
         projections = self._projections(side.role, replies) if projection_seed is not None else None
-        return Block(times, wall_ms, projections)
+        phases = {r: rep.get("phases_ms") for r, rep in replies.by_rank.items()}
+        return Block(times, wall_ms, projections, phases)
 
     def _check_quiet(self, replies: Replies) -> None:
         """What the reference's ranks saw of the GPU around their block, the candidate's

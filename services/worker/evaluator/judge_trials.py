@@ -163,7 +163,8 @@ class Trials:
         with self._gpu_sampler() as sampler:
             draw_s = max(float(x) for x in replies_value(tin, "draw_s", 0.0))
             timing = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed,
-                            tolerance_to_names(self.tolerance), self.result.flags.append)
+                            tolerance_to_names(self.tolerance), self.result.flags.append,
+                            between_blocks=sampler.sample if sampler is not None else None)
             ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s, self.output_bytes)
         if sampler is not None:
             nvml = sampler.summary()
@@ -177,12 +178,12 @@ class Trials:
 
     @contextmanager
     def _gpu_sampler(self):
-        """NVML samples of the pools' GPUs while the two sides are timed (clocks, power, other
-        processes); nothing on the CPU."""
+        """NVML samples of the pools' GPUs around every timed block (clocks, power, other
+        processes), taken between blocks, never beside one; nothing on the CPU."""
         if self.ev.device != "cuda":
             yield None
             return
-        with NvmlSampler(self.pools.devices[: self.world], interval_s=0.05) as sampler:
+        with NvmlSampler(self.pools.devices[: self.world], interval_s=None) as sampler:
             yield sampler
 
     # Checks ------------------------------------------------------------------------------------

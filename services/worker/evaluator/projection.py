@@ -234,7 +234,12 @@ def project(leaves: list[Any], seed: int, tolerance: dict[torch.dtype, tuple[flo
     return projector.finish()
 
 
+#: The dtypes whose GPU projection is compiled before anything is timed (others compile on first use).
+WARM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def warm(device: torch.device) -> None:
-    """Compile the GPU projection before anything is timed (its first call compiles the kernel)."""
+    """Compile the GPU projection before anything is timed (its first call for a dtype compiles
+    the kernel for it)."""
     if device.type == "cuda":
-        project([torch.zeros(8, device=device)], seed=1)
+        project([torch.zeros(8, device=device, dtype=dtype) for dtype in WARM_DTYPES], seed=1)

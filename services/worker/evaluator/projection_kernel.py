@@ -24,7 +24,11 @@ NATIVE = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int
           torch.int64}
 
 
-@triton.jit
+# ``n``, ``low_start`` and ``key`` change from call to call: specialised (Triton's "divisible by 16"
+# and "equals 1" variants), a key that happened to be a multiple of 16 compiled a second kernel
+# inside a timed block, 300-700 ms at once on both sides' ranks (2xH200, benchmarks/gpu/clock_case.py);
+# ``project_piece`` passes them as int32 (a key from 2**31 up compiled an int64 variant likewise).
+@triton.jit(do_not_specialize=["n", "low_start", "key"])
 def _project_kernel(x_ptr, out_ptr, n, low_start, key, M1: tl.constexpr, M2: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -51,6 +55,11 @@ def _project_kernel(x_ptr, out_ptr, n, low_start, key, M1: tl.constexpr, M2: tl.
     tl.store(out + 5, tl.sum(x2 * x2, axis=0))
 
 
+def _int32(value: int) -> int:
+    """The signed 32-bit integer with the bits of ``value`` (0 .. 2**32 - 1)."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
 def project_piece(x: torch.Tensor, low_start: int, key: int) -> torch.Tensor:
     """(p, p2, s1, s2, s3, s4), float64 on x's device, of a flat contiguous piece whose first element has the
     low 32 index bits ``low_start`` (the piece must not cross a multiple of 2**32) and whose
@@ -62,5 +71,8 @@ def project_piece(x: torch.Tensor, low_start: int, key: int) -> torch.Tensor:
     n = x.numel()
     tiles = triton.cdiv(n, BLOCK)
     partial = torch.empty(tiles, 6, dtype=torch.float64, device=x.device)
-    _project_kernel[(tiles,)](x, partial, n, low_start, key, M1=_M1, M2=_M2, BLOCK=BLOCK, num_warps=8)
+    # Passed as signed 32-bit values of the same bits: Triton types an int argument by its value
+    # (int64 from 2**31 up), so half the keys would compile a kernel of their own in a timed block.
+    # The kernel's arithmetic is modulo 2**32 either way.
+    _project_kernel[(tiles,)](x, partial, n, _int32(low_start), _int32(key), M1=_M1, M2=_M2, BLOCK=BLOCK, num_warps=8)
     return partial.sum(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
@@ -29,7 +30,7 @@ from .compare import tolerance_from_names
 from .gpu_quiet import QuietProbe
 from .projection import Projector, warm
 from .protocol import pack, recv_command, send_packed
-from .timing import Timer
+from .timing import Timer, gc_paused, settle_gc
 
 
 #: Cached free device memory a rank keeps between commands (more goes back to the device).
@@ -184,6 +185,7 @@ class RankBase:
         mutates them), or, where a block gives a seed, on inputs ``draw`` makes afresh for every call."""
         pristine = {i: inputs[i].clone() for i in restore if isinstance(inputs[i], torch.Tensor)}
         warm(self.device)  # the projection's kernel compiled here, not in the first timed block
+        settle_gc()  # a collection during timing scans only what timing makes
 
         def restore_inputs() -> None:
             for i, value in pristine.items():
@@ -222,22 +224,19 @@ class RankBase:
         before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
         total = int(warm) + int(iters)
         times = []
+        # Where this side's own time went (ms): a diagnostic of the clock cross-check's noise,
+        # never used to judge (a candidate may say anything here).
+        phases = dict.fromkeys(("draw", "call", "project"), 0.0)
+        began = time.perf_counter()
         timed.hold = projector is not None
-        for i in range(total):
-            if seed is not None:
-                timed.redraw(call_seed(int(seed), i))
-            timed.keep = bool(keep) and i == total - 1
-            elapsed = timer.time_call(timed, None if seed is not None else timed.restore)
-            if i >= int(warm):
-                times.append(elapsed)
-                if projector is not None:
-                    projector.add(T.flatten(timed.out)[0])
-            timed.out = None
+        with gc_paused():
+            self._run_block(timed, timer, projector, total, int(warm), seed, keep, times, phases)
         timed.hold = False
         if seed is not None:
             timed.inputs = None  # every call of a block with a seed draws its own: none is held between blocks
         self.sync()
-        reply: dict[str, Any] = {"times": times}
+        phases["loop"] = (time.perf_counter() - began) * 1e3
+        reply: dict[str, Any] = {"times": times, "phases_ms": phases}
         if probe is not None:
             reply["quiet"] = {"before": before.to_dict(), "after": probe.check(float(quiet["threshold_ms"])).to_dict()}
         if projector is not None:
@@ -247,6 +246,26 @@ class RankBase:
             timed.kept = None
             self.keep_outputs([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], spec)
         return reply
+
+    @staticmethod
+    def _run_block(timed: "TimedCall", timer, projector, total: int, warm: int, seed: int | None, keep: bool,
+                   times: list[float], phases: dict[str, float]) -> None:
+        for i in range(total):
+            t0 = time.perf_counter()
+            if seed is not None:
+                timed.redraw(call_seed(int(seed), i))
+            t1 = time.perf_counter()
+            timed.keep = bool(keep) and i == total - 1
+            elapsed = timer.time_call(timed, None if seed is not None else timed.restore)
+            t2 = time.perf_counter()
+            if i >= int(warm):
+                times.append(elapsed)
+                if projector is not None:
+                    projector.add(T.flatten(timed.out)[0])
+            timed.out = None
+            t3 = time.perf_counter()
+            for key, span in (("draw", t1 - t0), ("call", t2 - t1), ("project", t3 - t2)):
+                phases[key] += span * 1e3
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:
         """A role's use of a block's last outputs (None: drop what an earlier block left)."""

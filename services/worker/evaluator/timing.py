@@ -17,8 +17,10 @@ candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not ch
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -32,6 +34,31 @@ _event_sync = torch.cuda.Event.synchronize
 _cuda_sync = torch.cuda.synchronize
 _barrier = dist.barrier
 _all_reduce = dist.all_reduce
+
+
+@contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector held off for a timed span: a collection in a process
+    holding torch can take tens of milliseconds, at a moment allocation counts choose, inside
+    one side's block and not the other's (the clock cross-check compares the two). A span of calls
+    makes little cyclic garbage; it is collected once the collector runs again."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def settle_gc() -> None:
+    """Collect, then set every object alive now aside from later collections (``gc.freeze``), so
+    that a collection during timing scans only what timing made. What an earlier settle set aside
+    is put back first and collected if it became garbage (a process kept for the next
+    evaluation would otherwise never free the last one's models)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 class Timer:

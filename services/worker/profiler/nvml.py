@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kloom.processes import descendants
+from kloom.processes import descendants, exit_description
 
 #: The repository root, where the sampler's process imports its module from.
 _ROOT = str(Path(__file__).resolve().parents[3])
@@ -179,6 +178,10 @@ def gpu_inventory() -> list[dict[str, Any]]:
         nv.nvmlShutdown()
 
 
+def _ended(code: int) -> str:
+    return f"ended with {exit_description(code)}"
+
+
 class NvmlSampler:
     """Samples the given GPUs every ``interval_s`` seconds while its block runs.
 
@@ -194,9 +197,9 @@ class NvmlSampler:
     #: How long the sampler's process may take to open NVML before sampling counts as unavailable.
     START_TIMEOUT_S = 30.0
 
-    def __init__(self, device_indices: Sequence[int], interval_s: float = 0.05):
+    def __init__(self, device_indices: Sequence[int], interval_s: float | None = 0.05):
         self.device_indices = list(device_indices)
-        self.interval_s = interval_s
+        self.interval_s = interval_s  # None: on ``sample()`` only (and once as the block ends)
         self.samples: dict[int, list[dict[str, Any]]] = {i: [] for i in self.device_indices}
         self.reason = ""
         self.stopped = ""  # why sampling ended before the block did (its process died)
@@ -204,9 +207,26 @@ class NvmlSampler:
         self._ours: set[int] = set()
         self._ownership: dict[int, str] = {}
         self._thread: threading.Thread | None = None
+        self._arrived = threading.Condition()
+        self._count = 0
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "services.worker.profiler.nvml_sampling", str(self.interval_s), *map(str, self.device_indices)]
+        return [sys.executable, "-m", "services.worker.profiler.nvml_sampling", str(self.interval_s or 0), *map(str, self.device_indices)]
+
+    def sample(self, timeout_s: float = 5.0) -> None:
+        """Take one sample now and wait for it: on demand, between timed spans (NVML's queries
+        stall other processes' CUDA calls while they run). Nothing once sampling has stopped."""
+        proc, thread = self._proc, self._thread
+        if proc is None or thread is None:
+            return
+        with self._arrived:
+            want = self._count + 1
+            try:
+                proc.stdin.write(b"s")
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                return
+            self._arrived.wait_for(lambda: self._count >= want or not thread.is_alive(), timeout=timeout_s)
 
     def __enter__(self) -> "NvmlSampler":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])))
@@ -232,7 +252,7 @@ class NvmlSampler:
             return {"reason": f"the NVML sampler did not answer within {self.START_TIMEOUT_S:g} s"}
         line = self._proc.stdout.readline()
         try:
-            return json.loads(line) if line else {"reason": f"the NVML sampler exited ({_exit_text(self._proc.wait())}) before sampling"}
+            return json.loads(line) if line else {"reason": f"the NVML sampler exited ({_ended(self._proc.wait())}) before sampling"}
         except ValueError:
             return {"reason": f"the NVML sampler said {line[:200]!r}"}
 
@@ -252,6 +272,11 @@ class NvmlSampler:
                     if pid not in self._ownership:
                         self._ownership[pid] = self._owner(pid)
                 self.samples[index].append({"t": record.get("t", 0.0), **sample})
+            with self._arrived:
+                self._count += 1
+                self._arrived.notify_all()
+        with self._arrived:
+            self._arrived.notify_all()
 
     def __exit__(self, *exc) -> None:
         if self._proc is None:
@@ -260,7 +285,7 @@ class NvmlSampler:
         if self._thread is not None:
             self._thread.join(timeout=10)
             if code not in (0, None):
-                self.stopped = f"NVML sampling stopped early: its process {_exit_text(code)}"
+                self.stopped = f"NVML sampling stopped early: its process {_ended(code)}"
 
     def _end(self) -> int | None:
         """Close the sampler's stdin (it samples once more and exits), then wait for it."""
@@ -272,7 +297,7 @@ class NvmlSampler:
         except OSError:
             pass
         try:
-            return proc.wait(timeout=max(5.0, 20 * self.interval_s))
+            return proc.wait(timeout=max(5.0, 20 * (self.interval_s or 0)))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -295,15 +320,6 @@ class NvmlSampler:
             summary["stopped"] = self.stopped
             summary["flags"].append(f"nvml_sampling_stopped: {self.stopped}")
         return summary
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"died of {signal.Signals(-code).name}"
-        except ValueError:
-            return f"died of signal {-code}"
-    return f"exited with status {code}"
 
 
 def _field_value(v) -> float:

@@ -9,9 +9,11 @@ this process: the caller keeps the samples taken so far and says that sampling s
     python -m services.worker.profiler.nvml_sampling INTERVAL_S INDEX [INDEX ...]
 
 Prints one JSON line first, ``{"ready": true}`` or ``{"reason": "..."}`` (NVML unusable here),
-then a line per sample, ``{"t": s, "gpus": {"<index>": {...}}}``, until its stdin closes, after
-which it takes one last sample and exits. Indices are CUDA ordinals under the inherited
-``CUDA_VISIBLE_DEVICES``.
+then a line per sample, ``{"t": s, "gpus": {"<index>": {...}}}``: every INTERVAL_S seconds, or
+with INTERVAL_S 0 once per byte ``s`` read from stdin (on demand: the judge samples between
+timed blocks, never during one, because NVML's queries stalled the CUDA calls of the processes
+being timed by 10-30 ms). When its stdin closes it takes one last sample and exits. Indices are
+CUDA ordinals under the inherited ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -88,13 +90,24 @@ def main(argv: list[str]) -> int:
         handles = {i: visible[i][1] for i in indices}
         links = {i: _active_links(nv, h) for i, h in handles.items()}
         started = time.monotonic()
-        _say({"ready": True})
-        while True:
+
+        def emit() -> None:
             _say({"t": time.monotonic() - started, "gpus": {str(i): sample(nv, h, links[i]) for i, h in handles.items()}})
-            readable, _, _ = select.select([sys.stdin], [], [], interval_s)
-            if readable and not sys.stdin.buffer.read1(4096):
-                _say({"t": time.monotonic() - started, "gpus": {str(i): sample(nv, h, links[i]) for i, h in handles.items()}})
+
+        _say({"ready": True})
+        periodic = interval_s > 0
+        while True:
+            if periodic:
+                emit()
+            readable, _, _ = select.select([sys.stdin], [], [], interval_s if periodic else None)
+            if not readable:
+                continue
+            data = sys.stdin.buffer.read1(4096)
+            if not data:
+                emit()
                 return 0
+            for _ in range(data.count(b"s")):
+                emit()
     finally:
         nv.nvmlShutdown()
 

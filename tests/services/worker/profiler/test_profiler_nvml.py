@@ -256,3 +256,32 @@ def test_a_sampler_that_never_answers_is_reported_unavailable(monkeypatch):
     assert time.monotonic() - started < 10
     summary = sampler.summary()
     assert summary["status"] == "unavailable" and "did not answer" in summary["reason"]
+
+
+def test_on_demand_sampling_takes_one_sample_per_request_and_none_between(monkeypatch):
+    """The judge samples between timed blocks only (NVML beside a block stalled its CUDA calls):
+    with no interval the sampler's process samples when asked, and the caller waits for it."""
+    script = (
+        "import json, sys, time\n"
+        "assert sys.argv[1] == '0', sys.argv\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "t = 0.0\n"
+        "while True:\n"
+        "    data = sys.stdin.buffer.read1(4096)\n"
+        "    for _ in range(data.count(b's') if data else 1):\n"
+        "        time.sleep(0.2)  # a slow query: the caller still gets it before going on\n"
+        "        t += 1\n"
+        "        print(json.dumps({'t': t, 'gpus': {'0': {'sm_clock_mhz': 1000 + t, 'clock_event_reasons': 0, 'pids': []}}}), flush=True)\n"
+        "    if not data:\n"
+        "        break\n"
+    )
+    command = NvmlSampler._command
+    monkeypatch.setattr(NvmlSampler, "_command", lambda self: [sys.executable, "-c", script, *command(self)[3:]])
+    with NvmlSampler([0], interval_s=None) as sampler:
+        time.sleep(0.5)
+        assert sampler.samples[0] == []  # nothing unasked
+        for n in (1, 2, 3):
+            sampler.sample()
+            assert len(sampler.samples[0]) == n
+    assert len(sampler.samples[0]) == 4  # and one as the block ends
+    assert sampler.summary()["devices"]["0"]["sm_clock_mhz"]["max"] == 1004
