@@ -6,6 +6,8 @@ the sources its rows came from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -107,8 +109,11 @@ def test_an_expert_tile_waits_only_for_the_sources_of_its_rows():
     assert int(peers[1].status) == 2 * config.comm_programs
 
 
-@pytest.mark.parametrize("world, experts, k", [(2, 8, 2), (3, 3, 2)])
-def test_combine_returns_each_tokens_weighted_sum(world, experts, k):
+@pytest.mark.parametrize("world, experts, k, reducers", [(2, 8, 2, 0), (3, 3, 2, 0), (2, 8, 3, 0), (2, 4, 2, 7)])
+def test_combine_returns_each_tokens_weighted_sum(world, experts, k, reducers):
+    """Also with k not a power of two (the K rows of a token are loaded as one padded block) and
+    with more summing programs than pushing ones."""
+    config = dataclasses.replace(CONFIG, reduce_programs=reducers)
     tokens, hidden = 9, 12
     idx, counts_all = _routing(world, tokens, experts, k, seed=3)
     ws = [torch.softmax(torch.randn(tokens, k), -1) for _ in range(world)]
@@ -117,7 +122,7 @@ def test_combine_returns_each_tokens_weighted_sum(world, experts, k):
     maps = [moe.return_map(routings[r], counts_all) for r in range(world)]
     peers = emulated_peers(world, tokens * k * hidden, torch.float32, world * CONFIG.comm_programs)
     for phase in (1, 2):
-        outs = [moe.combine(expert_out[r], ws[r], routings[r], maps[r], peers[r], CONFIG, phase=phase, epoch=1, max_spins=2) for r in range(world)]
+        outs = [moe.combine(expert_out[r], ws[r], routings[r], maps[r], peers[r], config, phase=phase, epoch=1, max_spins=2) for r in range(world)]
     # The answer of pair (t, j) of rank s: the row its expert's rank holds for it.
     local = experts // world
     for s in range(world):
