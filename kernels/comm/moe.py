@@ -41,6 +41,7 @@ class MoeConfig:
     block_k: int = 64
     block_h: int = 1024  # columns a push or a copy moves at once
     reduce_programs: int = 0  # combine: programs that sum tokens (at least comm_programs; capped at one per SM)
+    push_rows: int = 1  # rows a pushing program moves at once (a power of two)
     num_warps: int = 4
     num_stages: int = 3
 
@@ -49,8 +50,8 @@ class MoeConfig:
 TUNING = {
     "p32": MoeConfig(),
     "p64_wide": MoeConfig(comm_programs=64, block_m=128, num_warps=8),
-    # combine's sums over every SM, not only the pushing programs (dispatch: as p64_wide)
-    "p64_wide_sm": MoeConfig(comm_programs=64, block_m=128, num_warps=8, reduce_programs=1 << 16),
+    # four rows pushed at once; combine's sums over every SM, not only the pushing programs
+    "p64_rows4": MoeConfig(comm_programs=64, block_m=128, num_warps=8, reduce_programs=1 << 16, push_rows=4),
 }
 
 
@@ -108,24 +109,51 @@ def _tiles(routing: Routing, block_m: int) -> torch.Tensor:
 
 
 @triton.jit
-def _push_rows(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, flag_ptrs, n, H, rank, world, epoch, parity_offset, w_parity_offset, program, programs, BLOCK_H: tl.constexpr, WITH_W: tl.constexpr):
+def _push_rows(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, flag_ptrs, n, H, rank, world, epoch, parity_offset, w_parity_offset, program, programs, BLOCK_H: tl.constexpr, WITH_W: tl.constexpr, ROWS: tl.constexpr):
     """Programs share items ``0..n-1``: item i moves row ``src_rows[i]`` of ``src`` (and weight
-    ``src_w[i]``) to row ``row_index[i]`` of rank ``dest[i]``'s buffer; then each flags every rank."""
+    ``src_w[i]``) to row ``row_index[i]`` of rank ``dest[i]``'s buffer; then each flags every rank.
+    ``ROWS`` items move together (their column blocks in flight at once: one item at a time, a
+    program waited out a load per column block)."""
     cols = tl.arange(0, BLOCK_H)
-    for i in range(program, n, programs):
-        d = tl.load(dest_ptr + i)
-        row = tl.load(row_index_ptr + i)
-        src_row = tl.load(src_rows_ptr + i)
-        base = tl.load(data_ptrs + d).to(tl.pointer_type(src_ptr.dtype.element_ty)) + parity_offset + row * H
-        for c0 in range(0, H, BLOCK_H):
-            mask = c0 + cols < H
-            tl.store(base + c0 + cols, tl.load(src_ptr + src_row * H + c0 + cols, mask=mask), mask=mask)
-        if WITH_W:
-            wbase = tl.load(wdata_ptrs + d).to(tl.pointer_type(tl.float32)) + w_parity_offset
-            tl.store(wbase + row, tl.load(src_w_ptr + i).to(tl.float32))
+    if ROWS == 1:  # one item at a time (the form measured on GPUs through the eighteenth session)
+        for i in range(program, n, programs):
+            d = tl.load(dest_ptr + i)
+            row = tl.load(row_index_ptr + i)
+            src_row = tl.load(src_rows_ptr + i)
+            base = tl.load(data_ptrs + d).to(tl.pointer_type(src_ptr.dtype.element_ty)) + parity_offset + row * H
+            for c0 in range(0, H, BLOCK_H):
+                mask = c0 + cols < H
+                tl.store(base + c0 + cols, tl.load(src_ptr + src_row * H + c0 + cols, mask=mask), mask=mask)
+            if WITH_W:
+                wbase = tl.load(wdata_ptrs + d).to(tl.pointer_type(tl.float32)) + w_parity_offset
+                tl.store(wbase + row, tl.load(src_w_ptr + i).to(tl.float32))
+    else:
+        _push_row_groups(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, n, H, parity_offset, w_parity_offset,
+                         program, programs, BLOCK_H, WITH_W, ROWS)  # fmt: skip
     for step in range(0, world):
         peer = (rank + step) % world
         signal(tl.load(flag_ptrs + peer).to(tl.pointer_type(tl.int32)) + rank * programs + program, epoch)
+
+
+@triton.jit
+def _push_row_groups(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, n, H, parity_offset, w_parity_offset, program, programs, BLOCK_H: tl.constexpr, WITH_W: tl.constexpr, ROWS: tl.constexpr):
+    """``_push_rows``'s items ``ROWS`` at a time."""
+    cols = tl.arange(0, BLOCK_H)
+    items = tl.arange(0, ROWS)
+    for i0 in range(program * ROWS, n, programs * ROWS):
+        i = i0 + items
+        ok = i < n
+        d = tl.load(dest_ptr + i, mask=ok, other=0)
+        row = tl.load(row_index_ptr + i, mask=ok, other=0).to(tl.int64)
+        src_row = tl.load(src_rows_ptr + i, mask=ok, other=0).to(tl.int64)
+        base = tl.load(data_ptrs + d, mask=ok, other=0).to(tl.pointer_type(src_ptr.dtype.element_ty)) + parity_offset + row * H
+        for c0 in range(0, H, BLOCK_H):
+            mask = ok[:, None] & (c0 + cols < H)[None, :]
+            values = tl.load(src_ptr + src_row[:, None] * H + (c0 + cols)[None, :], mask=mask)
+            tl.store(base[:, None] + (c0 + cols)[None, :], values, mask=mask)
+        if WITH_W:
+            wbase = tl.load(wdata_ptrs + d, mask=ok, other=0).to(tl.pointer_type(tl.float32)) + w_parity_offset
+            tl.store(wbase + row, tl.load(src_w_ptr + i, mask=ok, other=0.0).to(tl.float32), mask=ok)
 
 
 @triton.jit
@@ -145,13 +173,13 @@ def _dispatch_kernel(
     tiles_ptr, expert_start_ptr, source_start_ptr, flags_ptr, status_ptr, data_ptrs, wdata_ptrs, flag_ptrs,
     n_pairs, H, N, rank, world, epoch, parity_offset, w_parity_offset, max_spins,
     PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr,
-    GEMM: tl.constexpr, PHASE: tl.constexpr, IEEE: tl.constexpr,
+    GEMM: tl.constexpr, PHASE: tl.constexpr, IEEE: tl.constexpr, PUSH_ROWS: tl.constexpr,
 ):  # fmt: skip
     # PHASE 0: everything; 1: only the pushes; 2: only the receive side (simulated ranks).
     pid = tl.program_id(0)
     if pid < PROGRAMS:
         if PHASE != 2:
-            _push_rows(x_ptr, token_ptr, w_ptr, row_ptr, dest_ptr, data_ptrs, wdata_ptrs, flag_ptrs, n_pairs, H, rank, world, epoch, parity_offset, w_parity_offset, pid, PROGRAMS, BLOCK_H, True)
+            _push_rows(x_ptr, token_ptr, w_ptr, row_ptr, dest_ptr, data_ptrs, wdata_ptrs, flag_ptrs, n_pairs, H, rank, world, epoch, parity_offset, w_parity_offset, pid, PROGRAMS, BLOCK_H, True, PUSH_ROWS)
     elif PHASE != 1:
         t = pid - PROGRAMS
         if GEMM:
@@ -236,7 +264,8 @@ def dispatch(
         peers.flags, peers.status, peers.data_ptrs, peers_w.data_ptrs, peers.flag_ptrs,
         n_pairs, hidden, n_out, routing.rank, routing.world, epoch, parity * peers.numel, parity * peers_w.numel, max_spins,
         PROGRAMS=config.comm_programs, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, BLOCK_H=config.block_h,
-        GEMM=gemm, PHASE=phase, IEEE=x.dtype == torch.float32, num_warps=config.num_warps, num_stages=config.num_stages,
+        GEMM=gemm, PHASE=phase, IEEE=x.dtype == torch.float32, PUSH_ROWS=config.push_rows, num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )  # fmt: skip
     if gemm:
         return out, routing.tokens_per_expert
@@ -247,12 +276,12 @@ def dispatch(
 def _combine_kernel(
     out_rows_ptr, src_index_ptr, dest_ptr, row_ptr, ret_ptr, inv_ptr, topw_ptr, out_ptr, flags_ptr, status_ptr, data_ptrs, flag_ptrs,
     n_rows, tokens, H, rank, world, epoch, parity_offset, max_spins,
-    K: tl.constexpr, K_POW2: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_H: tl.constexpr, PHASE: tl.constexpr,
+    K: tl.constexpr, K_POW2: tl.constexpr, PROGRAMS: tl.constexpr, BLOCK_H: tl.constexpr, PHASE: tl.constexpr, PUSH_ROWS: tl.constexpr,
 ):  # fmt: skip
     # Programs 0..PROGRAMS-1 push, then every program of the grid (PROGRAMS or more) reduces.
     pid = tl.program_id(0)
     if (PHASE != 2) & (pid < PROGRAMS):
-        _push_rows(out_rows_ptr, src_index_ptr, topw_ptr, row_ptr, dest_ptr, data_ptrs, data_ptrs, flag_ptrs, n_rows, H, rank, world, epoch, parity_offset, 0, pid, PROGRAMS, BLOCK_H, False)
+        _push_rows(out_rows_ptr, src_index_ptr, topw_ptr, row_ptr, dest_ptr, data_ptrs, data_ptrs, flag_ptrs, n_rows, H, rank, world, epoch, parity_offset, 0, pid, PROGRAMS, BLOCK_H, False, PUSH_ROWS)
     if PHASE != 1:
         for s in range(0, world):
             for p in range(0, PROGRAMS):
@@ -308,7 +337,7 @@ def combine(
         topk_weights.contiguous(), out, peers.flags, peers.status, peers.data_ptrs, peers.flag_ptrs,
         expert_out.shape[0], tokens, hidden, routing.rank, routing.world, epoch, parity * peers.numel, max_spins,
         K=k, K_POW2=triton.next_power_of_2(k), PROGRAMS=config.comm_programs, BLOCK_H=config.block_h, PHASE=phase,
-        num_warps=config.num_warps,
+        PUSH_ROWS=config.push_rows, num_warps=config.num_warps,
     )  # fmt: skip
     return out
 

@@ -51,16 +51,18 @@ def _peers(world, routings, hidden, config):
     return emulated_peers(world, numel, torch.float32, flags), emulated_peers(world, max(r.capacity for r in routings), torch.float32, 1)
 
 
-@pytest.mark.parametrize("world, experts, k", [(2, 8, 2), (3, 6, 3), (1, 4, 2)])
-def test_dispatch_gives_every_rank_the_dispatchers_rows_in_its_layout(world, experts, k):
+@pytest.mark.parametrize("world, experts, k, push_rows", [(2, 8, 2, 1), (3, 6, 3, 1), (1, 4, 2, 1), (2, 8, 3, 4)])
+def test_dispatch_gives_every_rank_the_dispatchers_rows_in_its_layout(world, experts, k, push_rows):
+    """Also with several rows pushed at once (30 pairs: the last group is partial)."""
+    config = dataclasses.replace(CONFIG, push_rows=push_rows)
     tokens, hidden = 10, 20
     idx, counts_all = _routing(world, tokens, experts, k)
     xs = [torch.randn(tokens, hidden) for _ in range(world)]
     ws = [torch.softmax(torch.randn(tokens, k), -1) for _ in range(world)]
     routings = [moe.route(idx[r], counts_all, r, world, experts) for r in range(world)]
-    peers, peers_w = _peers(world, routings, hidden, CONFIG)
+    peers, peers_w = _peers(world, routings, hidden, config)
     for phase in (1, 2):
-        outs = [moe.dispatch(xs[r], ws[r], routings[r], peers[r], peers_w[r], CONFIG, phase=phase, epoch=1, max_spins=2) for r in range(world)]
+        outs = [moe.dispatch(xs[r], ws[r], routings[r], peers[r], peers_w[r], config, phase=phase, epoch=1, max_spins=2) for r in range(world)]
     for r, (want_x, want_w, want_tpe) in enumerate(_dispatcher(xs, ws, idx, experts, world)):
         got_x, got_w, got_tpe = outs[r]
         assert torch.equal(got_tpe, want_tpe)
@@ -109,11 +111,11 @@ def test_an_expert_tile_waits_only_for_the_sources_of_its_rows():
     assert int(peers[1].status) == 2 * config.comm_programs
 
 
-@pytest.mark.parametrize("world, experts, k, reducers", [(2, 8, 2, 0), (3, 3, 2, 0), (2, 8, 3, 0), (2, 4, 2, 7)])
-def test_combine_returns_each_tokens_weighted_sum(world, experts, k, reducers):
-    """Also with k not a power of two (the K rows of a token are loaded as one padded block) and
-    with more summing programs than pushing ones."""
-    config = dataclasses.replace(CONFIG, reduce_programs=reducers)
+@pytest.mark.parametrize("world, experts, k, reducers, push_rows", [(2, 8, 2, 0, 1), (3, 3, 2, 0, 1), (2, 8, 3, 0, 1), (2, 4, 2, 7, 4)])
+def test_combine_returns_each_tokens_weighted_sum(world, experts, k, reducers, push_rows):
+    """Also with k not a power of two (the K rows of a token are loaded as one padded block), with
+    more summing programs than pushing ones, and with several rows pushed at once."""
+    config = dataclasses.replace(CONFIG, reduce_programs=reducers, push_rows=push_rows)
     tokens, hidden = 9, 12
     idx, counts_all = _routing(world, tokens, experts, k, seed=3)
     ws = [torch.softmax(torch.randn(tokens, k), -1) for _ in range(world)]
