@@ -16,9 +16,11 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
+from services.worker.profiler.nvml_quiet import timing_in_progress
 
 from . import projection_check
 from .judge import JudgePools, Stop
@@ -90,40 +92,11 @@ class Timing:
         def bound(calls: int) -> float:
             return s.hang_factor * calls * (ref_call_s + draw_s)
 
-        # Spares admitted to join would do device work beside a timed block: they stop. So do
-        # all of them on the CPU, where importing torch would take the timed side's cores; on a
-        # GPU machine the others only import, on cores of their own.
         settle_gc()  # this process's clock measures every block: no collection of the judge's inside one
+        quiet = timing_in_progress() if self.pools.reference.device == "cuda" else nullcontext()
         try:
-            self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
-            warm = max(1, s.warmup_iters)
-            warm_seed = secrets.randbits(30)
-            ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
-            cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
-            # Calls per side from the reference's own clock and the candidate's wall time less the
-            # reference's overhead (a candidate cannot buy itself fewer calls by what it reports),
-            # plus the time a call's inputs take to draw.
-            overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
-            cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
-            per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm + draw_s
-            iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
-            rounds = max(1, min(s.timing_rounds, iters))
-            per_block = math.ceil(iters / rounds)
-            whole = set(range(rounds))
-            if output_bytes >= s.whole_check_all_below_bytes:
-                whole = set(secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
-            blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
-            for r in range(rounds):
-                seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
-                order = [(ref, cand, "reference"), (cand, ref, "candidate")]
-                for side, other, name in order if r % 2 == 0 else order[::-1]:
-                    keep = name == "candidate" or r in whole
-                    blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=keep,
-                                                    projection_seed=projection_seed))
-                if r in whole:
-                    self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
-                self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
-                blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
+            with quiet:  # periodic NVML sampling on this machine waits until the timing ends
+                blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, bound)
         finally:
             gc.unfreeze()
             ref.resume()
@@ -142,6 +115,44 @@ class Timing:
                 f"{check.candidate_unaccounted_ms:.3g} against {check.reference_unaccounted_ms:.3g} ms; allowed: {check.allowed_ms:.3g} ms more); "
                 "its reported times are not the time it took")))
         return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
+
+    def _rounds(self, ref: RankPool, cand: RankPool, flush_bytes: int, draw_s: float, output_bytes: int, bound) -> tuple[dict[str, list[Block]], int]:
+        """The warm-up blocks, then every round's two blocks (order alternating); returns the
+        blocks by side and the calls per block."""
+        s = self.s
+        # Spares admitted to join would do device work beside a timed block: they stop. So do
+        # all of them on the CPU, where importing torch would take the timed side's cores; on a
+        # GPU machine the others only import, on cores of their own.
+        self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
+        warm = max(1, s.warmup_iters)
+        warm_seed = secrets.randbits(30)
+        ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
+        cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
+        # Calls per side from the reference's own clock and the candidate's wall time less the
+        # reference's overhead (a candidate cannot buy itself fewer calls by what it reports),
+        # plus the time a call's inputs take to draw.
+        overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
+        cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
+        per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm + draw_s
+        iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
+        rounds = max(1, min(s.timing_rounds, iters))
+        per_block = math.ceil(iters / rounds)
+        whole = set(range(rounds))
+        if output_bytes >= s.whole_check_all_below_bytes:
+            whole = set(secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
+        blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
+        for r in range(rounds):
+            seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
+            order = [(ref, cand, "reference"), (cand, ref, "candidate")]
+            for side, other, name in order if r % 2 == 0 else order[::-1]:
+                keep = name == "candidate" or r in whole
+                blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=keep,
+                                                projection_seed=projection_seed))
+            if r in whole:
+                self.judge_outputs(self._handed_outputs(bound(1)), r, seed)
+            self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
+            blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
+        return blocks, per_block
 
     def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int,
                keep: bool = False, projection_seed: int | None = None) -> Block:
