@@ -9,6 +9,8 @@
 #            (an imported problem whose name matches PKB_SYMM, default grad_acc_loss)
 #   profiler the profiler's GPU tests, launches in the rank sandbox
 #   overlap  the overlap paths through the evaluator (tests/agents/test_overlap.py -m gpu)
+#   clock    the clock cross-check on the overlap paths it rejected (benchmarks/gpu/clock_case.py, 3
+#            evaluations each; results/gpu/h200x2-session19/): clock.json, then --summarize
 #
 #   bash benchmarks/gpu/x2_checks.sh "cut symm profiler"      (everything lands in $OUT)
 set -u
@@ -27,6 +29,10 @@ for check in ${1:-cut symm profiler}; do
         --out "$OUT/symm" --fresh > "$OUT/symm.log" 2>&1 ;;
     profiler) PYTHONFAULTHANDLER=1 CUDA_VISIBLE_DEVICES=0,1 timeout 240 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider tests/services/worker/profiler > "$OUT/profiler.log" 2>&1 ;;
     overlap) CUDA_VISIBLE_DEVICES=0,1 timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/agents/test_overlap.py ${OVERLAP_K:+-k "$OVERLAP_K"} > "$OUT/overlap.log" 2>&1 ;;
+    clock)
+      CUDA_VISIBLE_DEVICES=0,1 timeout 300 python3 benchmarks/gpu/clock_case.py tp_gemm_allreduce:cublas tp_gemm_reducescatter:cublas \
+        --runs 3 --out "$OUT/clock.json" > "$OUT/clock.log" 2>&1
+      python3 benchmarks/gpu/clock_case.py --summarize "$OUT/clock.json" >> "$OUT/clock.log" 2>&1 ;;
     *) echo "unknown check $check"; continue ;;
   esac
   echo "$check: exit $? in $(( $(date +%s) - start )) s"
