@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,20 +23,34 @@ def lock_path() -> str:
     return os.environ.get("KLOOM_NVML_LOCK") or os.path.join(tempfile.gettempdir(), f"kloom-nvml-{os.getuid()}.lock")
 
 
+#: How long a judge tries for the lock before it times without it (a sampler's probe holds it
+#: for an instant; anyone holding it longer must not be able to stall a judge).
+TAKE_S = 0.5
+
+
 def _open() -> int | None:
     try:
-        return os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+        return os.open(lock_path(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         return None
 
 
 @contextmanager
-def timing_in_progress() -> Iterator[None]:
-    """Held by a judge around its timed blocks (shared: several judges may time at once)."""
+def timing_in_progress(take_s: float = TAKE_S) -> Iterator[None]:
+    """Held by a judge around its timed blocks (shared: several judges may time at once). Never
+    blocks for long: where the lock cannot be had within ``take_s``, the judge times without it."""
     fd = _open()
     try:
         if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            deadline = time.monotonic() + take_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.005)
         yield
     finally:
         if fd is not None:

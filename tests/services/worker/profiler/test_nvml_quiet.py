@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -74,3 +75,36 @@ def test_the_sampler_process_skips_its_periodic_samples_while_a_judge_times(monk
     with NvmlSampler([0], interval_s=0.02) as sampler:
         time.sleep(0.4)
     assert len(sampler.samples[0]) >= 5
+
+
+def test_a_process_holding_the_lock_for_good_cannot_stall_a_judge():
+    """Someone who takes the lock exclusively and keeps it (a hostile process that can reach the
+    file) costs a judge at most ``TAKE_S``: it then times without the lock."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\nfrom services.worker.profiler.nvml_quiet import lock_path\n"
+         "fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\nsys.stdin.readline()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        def judge():
+            with nvml_quiet.timing_in_progress(take_s=0.2):
+                pass
+
+        timing = threading.Thread(target=judge, daemon=True)  # a regression hangs here, not the suite
+        timing.start()
+        timing.join(timeout=5)
+        assert not timing.is_alive(), "the judge waited on someone else's lock"
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
+def test_the_lock_file_is_not_followed_through_a_link(tmp_path, monkeypatch):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    link = tmp_path / "nvml.lock"
+    link.symlink_to(target)
+    monkeypatch.setenv("KLOOM_NVML_LOCK", str(link))
+    with nvml_quiet.timing_in_progress():
+        assert nvml_quiet.sampling_allowed()  # no lock taken through the link: nothing waits
+    assert target.read_text() == "keep"
