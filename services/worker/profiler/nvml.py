@@ -217,7 +217,7 @@ class NvmlSampler:
         """Take one sample now and wait for it: on demand, between timed spans (NVML's queries
         stall other processes' CUDA calls while they run). Nothing once sampling has stopped."""
         proc, thread = self._proc, self._thread
-        if proc is None or thread is None:
+        if proc is None or thread is None or self.stopped:
             return
         with self._arrived:
             want = self._count + 1
@@ -226,7 +226,10 @@ class NvmlSampler:
                 proc.stdin.flush()
             except (OSError, ValueError):
                 return
-            self._arrived.wait_for(lambda: self._count >= want or not thread.is_alive(), timeout=timeout_s)
+            answered = self._arrived.wait_for(lambda: self._count >= want or not thread.is_alive(), timeout=timeout_s)
+        if not answered:  # a hung NVML costs the caller one wait, not one per block
+            self.stopped = f"NVML sampling stopped early: a sample took more than {timeout_s:g} s"
+            proc.kill()
 
     def __enter__(self) -> "NvmlSampler":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])))
@@ -284,7 +287,7 @@ class NvmlSampler:
         code = self._end()
         if self._thread is not None:
             self._thread.join(timeout=10)
-            if code not in (0, None):
+            if code not in (0, None) and not self.stopped:
                 self.stopped = f"NVML sampling stopped early: its process {_ended(code)}"
 
     def _end(self) -> int | None:

@@ -285,3 +285,15 @@ def test_on_demand_sampling_takes_one_sample_per_request_and_none_between(monkey
             assert len(sampler.samples[0]) == n
     assert len(sampler.samples[0]) == 4  # and one as the block ends
     assert sampler.summary()["devices"]["0"]["sm_clock_mhz"]["max"] == 1004
+
+
+def test_a_sample_that_never_comes_costs_one_wait_and_is_reported(monkeypatch):
+    script = "import json, time\nprint(json.dumps({'ready': True}), flush=True)\ntime.sleep(60)\n"
+    monkeypatch.setattr(NvmlSampler, "_command", lambda self: [sys.executable, "-c", script])
+    started = time.monotonic()
+    with NvmlSampler([0], interval_s=None) as sampler:
+        for _ in range(5):
+            sampler.sample(timeout_s=0.3)
+    assert time.monotonic() - started < 5  # one 0.3 s wait, then no more asking
+    summary = sampler.summary()
+    assert "took more than 0.3 s" in summary["stopped"]
