@@ -2,11 +2,13 @@
 
 nvidia-ml-py's ``nvmlDeviceGetComputeRunningProcesses`` hands the driver an array of its own
 ``nvmlProcessInfo`` records; where the driver writes a larger record than the binding allocated
-(the record grew a field across NVML versions, 24 -> 32 bytes), the driver writes past the array
-and corrupts the heap, and the process dies later with SIGABRT (seen on 2xH200 while the profiler
-sampled a sandboxed run: ``results/gpu/h200x2-checks/``). Here the buffer is sized for records far
-larger than any NVML version's, filled with a sentinel first, and the stride the driver used is
-read from how many bytes it wrote; only each record's first field (the PID, at offset 0 in every
+(the record has grown fields across NVML versions), the driver writes past the array and corrupts
+the heap. This was suspected when the profiler's sampler died with SIGABRT on 2xH200, but it was
+not the cause there: driver 580 writes 24-byte records, as the binding expects
+(``benchmarks/gpu/nvml_stride.py``, ``results/gpu/h200x2-session19/``). It is kept as a guard
+for a binding newer or older than the driver. Here the buffer is sized for records far larger
+than any NVML version's, filled with a sentinel first, and the stride the driver used is read
+from how many bytes it wrote. Only each record's first field (the PID, at offset 0 in every
 version) is used.
 """
 
