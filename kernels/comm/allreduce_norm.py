@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .peers import NO_TIMEOUT, Peers
 from .signal import PER_CALL, signal, wait
 
@@ -201,14 +202,16 @@ def _launch(x, residual, weight, h, y, eps, peers: Peers, config: ArNormConfig, 
         epoch = peers.next_epoch()
     parity = epoch % 2
     # Unused pointer arguments get x: the kernel never touches them (constexpr switches).
-    _ar_norm_kernel[(config.programs,)](
+    # Through ``launch``: the latency-bound sizes are set by the host's cost per call.
+    launch(_ar_norm_kernel, config.programs, (
         x, residual if residual is not None else x, weight if weight is not None else x, h if h is not None else x,
         y if y is not None else x, peers.buffer(peers.rank, parity), peers.flags, peers.status, peers.data_ptrs, peers.flag_ptrs,
         rows, width, n_total, float(eps), peers.rank, world, epoch, parity * peers.numel, max_spins,
-        BLOCK_H=triton.next_power_of_2(width), TWO_SHOT=two_shot, SHARDED=sharded, RESIDUAL=residual is not None,
+    ), dict(
+        BLOCK_H=1 << (width - 1).bit_length(), TWO_SHOT=two_shot, SHARDED=sharded, RESIDUAL=residual is not None,
         NORM=norm, WEIGHT=_WEIGHT_MODES[weight_mode if weight is not None else None], STORE_H=h is not None, PHASE=phase,
         num_warps=config.num_warps,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def all_reduce_add_rmsnorm(
@@ -247,7 +250,7 @@ def all_reduce(x: torch.Tensor, peers: Peers, config: ArNormConfig = ArNormConfi
     if not supported(x.reshape(-1)[:width]):
         raise ValueError(f"all_reduce does not take x {tuple(x.shape)} {x.dtype}")
     h = out if out is not None else torch.empty_like(x)
-    _launch(x, None, None, h, None, 0.0, peers, config, rows=triton.cdiv(x.numel(), width), width=width, two_shot=config.algo == "two_shot",
+    _launch(x, None, None, h, None, 0.0, peers, config, rows=-(-x.numel() // width), width=width, two_shot=config.algo == "two_shot",
             sharded=False, norm=False, weight_mode=None, max_spins=max_spins, phase=phase, epoch=epoch)  # fmt: skip
     return h
 

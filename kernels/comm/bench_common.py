@@ -100,7 +100,9 @@ def run_impls(m: Measured, impls: dict[str, Callable[[], torch.Tensor]], want: t
     failures = []
     for name, fn in impls.items():
         try:
-            m.max_error[name] = max_error(fn(), want)
+            # Two calls checked: a kernel's second call can take another path than its first
+            # (``launch``'s cached launcher).
+            m.max_error[name] = max(max_error(fn(), want), max_error(fn(), want))
             m.ms[name] = time_ms(fn, iters=iters, warmup=warmup)
         except Exception as exc:  # recorded in the report: a benchmark documents what failed
             failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")

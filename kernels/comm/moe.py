@@ -344,18 +344,18 @@ def combine(
 
 def return_map(routing: Routing, counts_all: torch.Tensor) -> torch.Tensor:
     """(received, 2) int64: for each row this rank's experts hold (expert, source, pair order),
-    the source rank and the row's position in that source's sorted pairs."""
+    the source rank and the row's position in that source's sorted pairs. On the device with no
+    host read (its size is ``routing.received``): the loop it replaced read one count per
+    (expert, source) on the host, 256 synchronisations a call at the suite's shape, and made the
+    combine bench read 0.23x of NCCL when the kernel was not the cost."""
     world, local, rank = routing.world, routing.local, routing.rank
     counts_all = counts_all.to(torch.int64)
+    device = counts_all.device
     first_of_expert = torch.cumsum(counts_all, 1) - counts_all  # [source, expert]: sorted position of its first pair
-    out = []
-    for j in range(local):
-        e = rank * local + j
-        for s in range(world):
-            n = int(counts_all[s, e])
-            if n:
-                pos = first_of_expert[s, e] + torch.arange(n, device=counts_all.device)
-                out.append(torch.stack([torch.full_like(pos, s), pos], 1))
-    if not out:
-        return torch.zeros(0, 2, dtype=torch.int64, device=counts_all.device)
-    return torch.cat(out)
+    mine = slice(rank * local, (rank + 1) * local)
+    seg_len = counts_all[:, mine].t().reshape(-1)  # segments in receive order: expert-major, then source
+    seg_start = first_of_expert[:, mine].t().reshape(-1)
+    seg_source = torch.arange(world, device=device).repeat(local)
+    seg = torch.repeat_interleave(torch.arange(seg_len.numel(), device=device), seg_len, output_size=routing.received)
+    within = torch.arange(routing.received, device=device) - (torch.cumsum(seg_len, 0) - seg_len)[seg]
+    return torch.stack([seg_source[seg], seg_start[seg] + within], 1)

@@ -423,7 +423,9 @@ def test_each_kernel_path_is_correct_on_cuda(cuda_evaluator, tmp_path, name, way
 def test_a_wrong_kernel_path_would_be_caught_on_cuda(cuda_evaluator, tmp_path):
     path = Path(find("tp_allgather_gemm").path)
     code = _forced(_candidate(path.read_text()), "triton_ce")
-    broken = code.replace("rows = (rotated + rank * ms) % M", "rows = (rotated + rank * ms + 1) % M", 1)
+    # Each output row stored one row down: a real error (shifting ``rows`` itself, as this test
+    # once did, moves the loads and the stores together and still computes every row right).
+    broken = code.replace("c_ptrs = c_ptr + rows[:, None] * stride_cm", "c_ptrs = c_ptr + ((rows + 1) % M)[:, None] * stride_cm", 1)
     assert broken != code
     candidate = tmp_path / "candidate.py"
     candidate.write_text(broken)

@@ -151,3 +151,23 @@ def test_combine_returns_each_tokens_weighted_sum(world, experts, k, reducers, p
 def test_routing_refuses_counts_of_another_shape():
     with pytest.raises(ValueError, match="divisible"):
         moe.route(torch.zeros(4, 2, dtype=torch.int64), torch.zeros(2, 5, dtype=torch.int64), 0, 2, 5)
+
+
+@pytest.mark.parametrize("world, experts, k, seed", [(2, 8, 2, 0), (3, 6, 3, 1), (4, 16, 4, 2), (2, 32, 1, 3)])
+def test_return_map_matches_a_per_segment_walk(world, experts, k, seed):
+    """The device-side return map against a plain walk over (local expert, source) segments,
+    with experts nobody picked (empty segments) among them."""
+    tokens = 5
+    idx, counts_all = _routing(world, tokens, experts, k, seed=seed)
+    local = experts // world
+    for rank in range(world):
+        routing = moe.route(idx[rank], counts_all, rank, world, experts)
+        want = []
+        for j in range(local):
+            e = rank * local + j
+            for s in range(world):
+                first = int(counts_all[s, :e].sum())
+                want += [[s, first + i] for i in range(int(counts_all[s, e]))]
+        got = moe.return_map(routing, counts_all)
+        assert got.dtype == torch.int64 and got.shape == (routing.received, 2)
+        assert got.tolist() == want
