@@ -21,6 +21,7 @@ from .ring import ring_exchange
 MODULES = [
     "kernels.comm.peers",
     "kernels.comm.signal",
+    "kernels.comm.launch",
     "kernels.comm.tiles",
     "kernels.comm.ag_gemm",
     "kernels.comm.gemm_rs",
