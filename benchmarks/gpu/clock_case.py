@@ -44,7 +44,7 @@ def summarize(path: str) -> None:
     """Per evaluation and side: each block's time outside the side's own loop, its draw / call /
     projection totals (slowest rank) and its unaccounted time (judge's wall less reported)."""
     for row in json.loads(Path(path).read_text()):
-        print(f"{row['case']} run {row['run']}: {row['status']} {row['error'][:160]}")
+        print(f"{row['case']} run {row['run']}: {row['status']} {row['error'][:160]} {row.get('summary', '')[:120]}")
         for side, blocks in (row["blocks"] or {}).items():
             ranks = [b[2] if len(b) > 2 else None for b in blocks]
             if all(ranks):
@@ -93,7 +93,7 @@ def main() -> None:
                 seen.clear()
                 result = ev.evaluate(path, candidate, world_size=2)
                 row = {"case": case, "run": run, "status": result.status, "error": result.error.message if result.error else "",
-                       "blocks": seen[-1] if seen else None}
+                       "summary": result.summary(), "blocks": seen[-1] if seen else None}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 if args.out:  # after every evaluation: a run cut short keeps what it measured
