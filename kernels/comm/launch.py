@@ -23,18 +23,17 @@ launch returns no compiled kernel, every call takes the ordinary path.
 from __future__ import annotations
 
 import torch
+from triton import knobs
 from triton.compiler.compiler import CompiledKernel
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 #: Compiled kernels kept per (kernel, key); cleared when full (a workload whose shapes never repeat).
 MAX_ENTRIES = 256
-_cache: dict[tuple, tuple[CompiledKernel, tuple[str, ...]]] = {}
+_cache: dict[tuple, tuple[CompiledKernel, tuple]] = {}  # key -> (compiled kernel, constexpr values in order)
 
 
 def _hooks_installed() -> bool:
     """Whether a launch hook is set (Triton 3.6 keeps them in always-present, usually empty, chains)."""
-    from triton import knobs
-
     hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
 

@@ -35,24 +35,24 @@ from .signal import PER_CALL, signal, wait
 
 @dataclass(frozen=True)
 class MoeConfig:
-    comm_programs: int = 32
-    block_m: int = 64
+    """The defaults are what won on 2xH200 and 4xH200 (``results/gpu/h200x4-session20/``): 64
+    pushing programs moving 4 rows at once, combine's sums over every SM. Against one row at a
+    time (and 32 programs) they were 15-40% faster in dispatch, dispatch + GEMM and combine."""
+
+    comm_programs: int = 64
+    block_m: int = 128
     block_n: int = 128
     block_k: int = 64
     block_h: int = 1024  # columns a push or a copy moves at once
-    reduce_programs: int = 0  # combine: programs that sum tokens (at least comm_programs; capped at one per SM)
-    push_rows: int = 1  # rows a pushing program moves at once (a power of two)
-    num_warps: int = 4
+    reduce_programs: int = 1 << 16  # combine: programs that sum tokens (at least comm_programs; capped at one per SM)
+    push_rows: int = 4  # rows a pushing program moves at once (a power of two)
+    num_warps: int = 8
     num_stages: int = 3
 
 
-#: The configurations a caller times on its target before choosing.
-TUNING = {
-    "p32": MoeConfig(),
-    "p64_wide": MoeConfig(comm_programs=64, block_m=128, num_warps=8),
-    # four rows pushed at once; combine's sums over every SM, not only the pushing programs
-    "p64_rows4": MoeConfig(comm_programs=64, block_m=128, num_warps=8, reduce_programs=1 << 16, push_rows=4),
-}
+#: The configurations a caller times on its target before choosing: the one that won (``p32``,
+#: ``p64_wide``, one row at a time, lost at both world sizes and were dropped).
+TUNING = {"p64_rows4": MoeConfig()}
 
 
 @dataclass
@@ -113,23 +113,9 @@ def _push_rows(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_p
     """Programs share items ``0..n-1``: item i moves row ``src_rows[i]`` of ``src`` (and weight
     ``src_w[i]``) to row ``row_index[i]`` of rank ``dest[i]``'s buffer; then each flags every rank.
     ``ROWS`` items move together (their column blocks in flight at once: one item at a time, a
-    program waited out a load per column block)."""
-    cols = tl.arange(0, BLOCK_H)
-    if ROWS == 1:  # one item at a time (the form measured on GPUs through the eighteenth session)
-        for i in range(program, n, programs):
-            d = tl.load(dest_ptr + i)
-            row = tl.load(row_index_ptr + i)
-            src_row = tl.load(src_rows_ptr + i)
-            base = tl.load(data_ptrs + d).to(tl.pointer_type(src_ptr.dtype.element_ty)) + parity_offset + row * H
-            for c0 in range(0, H, BLOCK_H):
-                mask = c0 + cols < H
-                tl.store(base + c0 + cols, tl.load(src_ptr + src_row * H + c0 + cols, mask=mask), mask=mask)
-            if WITH_W:
-                wbase = tl.load(wdata_ptrs + d).to(tl.pointer_type(tl.float32)) + w_parity_offset
-                tl.store(wbase + row, tl.load(src_w_ptr + i).to(tl.float32))
-    else:
-        _push_row_groups(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, n, H, parity_offset, w_parity_offset,
-                         program, programs, BLOCK_H, WITH_W, ROWS)  # fmt: skip
+    program waited out a load per column block, and read 15-40% slower on H200s)."""
+    _push_row_groups(src_ptr, src_rows_ptr, src_w_ptr, row_index_ptr, dest_ptr, data_ptrs, wdata_ptrs, n, H, parity_offset, w_parity_offset,
+                     program, programs, BLOCK_H, WITH_W, ROWS)  # fmt: skip
     for step in range(0, world):
         peer = (rank + step) % world
         signal(tl.load(flag_ptrs + peer).to(tl.pointer_type(tl.int32)) + rank * programs + program, epoch)
