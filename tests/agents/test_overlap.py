@@ -72,7 +72,7 @@ def test_the_suite_workloads_it_changes():
         ("tp_allgather_gemm", "return _kloom_ag_matmul(x, x_shard, 'mm', self.weight.t())"),
         ("tp_gemm_reducescatter", "_kloom_matmul_rs(out, partial)"),
         ("tp_gemm_allreduce", "out = _kloom_matmul_ar(out)"),
-        ("tp_allreduce_residual_rmsnorm", "_kl_norm0 = _kloom_ar_add_rmsnorm(h, residual, self.eps)"),
+        ("tp_allreduce_residual_rmsnorm", "_kl_norm0 = _kloom_ar_add_rmsnorm_scaled(h, residual, self.eps, self.weight)"),
         ("all_reduce_small", "_kloom_comm_all_reduce(out)"),
         ("cp_ring_attention", "k, v = _kl_ring0.take(pass_along, k, v)"),
     ],
@@ -185,8 +185,38 @@ def test_an_all_reduce_residual_and_rmsnorm_are_found_in_their_spellings(norm, a
     source = _src(f"h = a.clone()\ndist.all_reduce(h)\n{add}\nhf = h.float()\ny = w * ({norm}).to(h.dtype)\nreturn y, h\n")
     out, n = all_reduce_rmsnorm(source)
     assert n == 1, norm
-    assert "_kl_norm0 = _kloom_ar_add_rmsnorm(h, r, eps)" in out and "y = w * _kl_norm0.to(h.dtype)" in out
-    assert "dist.all_reduce" not in out
+    # The weight that follows is fused too, and the upcast nothing reads any more is gone.
+    assert "_kl_norm0 = _kloom_ar_add_rmsnorm_scaled(h, r, eps, w)" in out and "y = _kl_norm0" in out
+    assert "dist.all_reduce" not in out and "h.float()" not in out
+
+
+def test_the_weight_after_a_named_norm_is_fused_as_the_suite_writes_it():
+    body = f"h = a.clone()\ndist.all_reduce(h)\nh += r\nhf = h.float()\nn = {NORM}\nreturn self.weight * n.to(h.dtype), h\n"
+    out, n = all_reduce_rmsnorm(_src(body))
+    assert n == 1 and "_kl_norm0 = _kloom_ar_add_rmsnorm_scaled(h, r, eps, self.weight)" in out and "return (_kl_norm0, h)" in out
+    assert "n = " not in out and "h.float()" not in out
+
+
+@pytest.mark.parametrize(
+    "tail, why",
+    [
+        ("y = w * n.to(h.dtype)\nreturn y, n\n", "the float32 norm is read again"),
+        ("y = w() * n.to(h.dtype)\nreturn y\n", "the weight is a call"),
+        ("z = 1\ny = w * n.to(h.dtype)\nreturn y, z\n", "a statement stands between"),
+        ("y = w * n.to(torch.bfloat16)\nreturn y\n", "cast to another dtype than h's"),
+        ("y = f(w * n.to(h.dtype))\nreturn y\n", "another call in the statement"),
+        ("y = w * n.to(h.dtype) if c else n\nreturn y\n", "conditional"),
+        ("y = h * n.to(h.dtype)\nreturn y\n", "the weight reads h"),
+    ],
+)
+def test_an_epilogue_that_is_not_safe_to_fuse_stays(tail, why):
+    out, n = all_reduce_rmsnorm(_src(f"h = a.clone()\ndist.all_reduce(h)\nh += r\nhf = h.float()\nn = {NORM}\n" + tail))
+    assert n == 1 and "_kl_norm0 = _kloom_ar_add_rmsnorm(h, r, eps)" in out and "_scaled" not in out, why
+
+
+def test_an_upcast_still_read_is_kept():
+    out, n = all_reduce_rmsnorm(_src(f"h = a.clone()\ndist.all_reduce(h)\nhf = h.float()\nn = {NORM}\nreturn n, hf\n"))
+    assert n == 1 and "hf = h.float()" in out
 
 
 def test_the_norm_of_an_inline_upcast_without_residual():
@@ -338,7 +368,7 @@ def test_the_catalog_does_not_offer_it_where_it_cannot_apply(overrides, why):
 
 
 def test_the_all_reduce_cap_is_the_runtimes():
-    source = Path(ROOT / "agents" / "strategist" / "overlap" / "runtime.py").read_text()
+    source = Path(ROOT / "agents" / "strategist" / "overlap" / "ar_runtime.py").read_text()
     assert f"ALL_REDUCE_MAX_BYTES = {overlap_opts.ALL_REDUCE_MAX >> 20} << 20" in source
 
 

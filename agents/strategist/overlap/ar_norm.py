@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 
-from ..fused_matmul.detect import CONDITIONAL, Finder, inside, parents_of
+from ..fused_matmul.detect import CONDITIONAL, Finder, inside, loads_of, parents_of
 from ..rewrites import apply_rewriter, is_module_call, module_aliases, names_in, statement_blocks
 from .matmul_ar import sum_all_reduce
 
@@ -107,6 +107,7 @@ class _Rewriter:
 
     def run(self) -> None:
         for func in [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            self.func = func
             parents = parents_of(func)
             for _, _, block in list(statement_blocks(func)):
                 i = 0
@@ -177,7 +178,67 @@ class _Rewriter:
         block[i] = ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), block[i])
         del block[i + 1 : j]
         self.count += 1
+        self.epilogue(block, i, name, h)
         return True
+
+    def _stores(self, ident: str) -> int:
+        return sum(1 for n in ast.walk(self.func) if isinstance(n, ast.Name) and n.id == ident and isinstance(n.ctx, ast.Store))
+
+    def epilogue(self, block: list[ast.stmt], i: int, name: str, h: str) -> None:
+        """After the rewrite at ``block[i]``: drop the upcast of ``h`` nothing reads any more, and
+        fuse ``W * N.to(h.dtype)`` into the helper (``_kloom_ar_add_rmsnorm_scaled``) where ``N``
+        is the norm, or a plain alias of it, read there and nowhere else. W is then evaluated at
+        the helper's call, so it must be free of calls, its statement's only call must be the
+        ``.to``, and only dropped upcasts and the aliases may stand between."""
+        aliases, alias_at = [name], []
+        j = i + 1
+        while j < len(block):
+            stmt = block[j]
+            single = isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            if single and _is_upcast(stmt.value, h) and not loads_of(self.func, stmt.targets[0].id):
+                del block[j]  # dead: the norm it fed is the helper's now
+                continue
+            if single and isinstance(stmt.value, ast.Name) and stmt.value.id == aliases[-1] and len(loads_of(self.func, aliases[-1])) == 1 and self._stores(stmt.targets[0].id) == 1:
+                aliases.append(stmt.targets[0].id)
+                alias_at.append(j)
+                j += 1
+                continue
+            break
+        if j == len(block) or len(loads_of(self.func, aliases[-1])) != 1:
+            return
+        stmt = block[j]
+        found = [node for node in ast.walk(stmt) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and self._scaled_by(node, aliases[-1], h) is not None]
+        calls = [node for node in ast.walk(stmt) if isinstance(node, ast.Call)]
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) or len(found) != 1 or len(calls) != 1 or inside(found[0], stmt, parents_of(stmt), CONDITIONAL):
+            return
+        node = found[0]
+        weight = self._scaled_by(node, aliases[-1], h)
+        helper = block[i].value
+        helper.func.id = "_kloom_ar_add_rmsnorm_scaled"
+        helper.args.append(weight)
+        parent = parents_of(stmt)[id(node)]
+        for field, value in ast.iter_fields(parent):
+            if value is node:
+                setattr(parent, field, ast.copy_location(ast.Name(name, ast.Load()), node))
+            elif isinstance(value, list):
+                value[:] = [ast.copy_location(ast.Name(name, ast.Load()), node) if item is node else item for item in value]
+        for k in reversed(alias_at):
+            del block[k]
+
+    @staticmethod
+    def _scaled_by(node: ast.BinOp, norm: str, h: str) -> ast.expr | None:
+        """W of ``W * norm.to(h.dtype)`` or ``norm.to(h.dtype) * W`` (W free of calls and of h)."""
+        for cast, weight in ((node.right, node.left), (node.left, node.right)):
+            is_cast = (
+                isinstance(cast, ast.Call) and isinstance(cast.func, ast.Attribute) and cast.func.attr == "to"
+                and isinstance(cast.func.value, ast.Name) and cast.func.value.id == norm and len(cast.args) == 1 and not cast.keywords
+                and isinstance(cast.args[0], ast.Attribute) and cast.args[0].attr == "dtype"
+                and isinstance(cast.args[0].value, ast.Name) and cast.args[0].value.id == h
+            )  # fmt: skip
+            plain = not any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)) for n in ast.walk(weight))
+            if is_cast and plain and h not in names_in(weight) and norm not in names_in(weight):
+                return weight
+        return None
 
 
 def all_reduce_rmsnorm(source: str) -> tuple[str, int]:

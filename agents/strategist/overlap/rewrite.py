@@ -29,11 +29,12 @@ MODULES = [
     "kernels.comm.allreduce_norm",
     "kernels.comm.ring_kv",
     "agents.strategist.overlap.runtime",
+    "agents.strategist.overlap.ar_runtime",
     "agents.strategist.overlap.ring_runtime",
 ]
 #: The names the rewritten reference calls (and the tests read), kept as they are.
 ENTRY_POINTS = frozenset({
-    "_kloom_ag_matmul", "_KloomProduct", "_kloom_matmul_rs", "_kloom_matmul_ar", "_kloom_ar_add_rmsnorm",
+    "_kloom_ag_matmul", "_KloomProduct", "_kloom_matmul_rs", "_kloom_matmul_ar", "_kloom_ar_add_rmsnorm", "_kloom_ar_add_rmsnorm_scaled",
     "_kloom_comm_all_reduce", "_KloomRing", "_KL_OVERLAP", "_KL_OVERLAP_STRICT", "_KL_OVERLAP_FORCE",
 })  # fmt: skip
 

@@ -18,28 +18,23 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from kernels.comm import ag_gemm, allreduce_norm, gemm_ar, gemm_rs
+from kernels.comm import ag_gemm, gemm_ar, gemm_rs
 from kernels.comm.peers import symmetric_peers
 
 #: Tests set this to raise when a call on CUDA does not take a comm kernel or a tuned path.
 _KL_OVERLAP_STRICT = False
-#: Tests set this to a way's name (``AG_CONFIGS``, ``RS_CONFIGS``, ``AR_CONFIGS``, "reference") to run
+#: Tests set this to a way's name (``AG_CONFIGS``, ``RS_CONFIGS``, ``ar_runtime.AR_CONFIGS``, "reference") to run
 #: that way without tuning; a call that does not offer it takes the reference's calls.
 _KL_OVERLAP_FORCE = None
 #: Calls per helper, calls that ran the reference's calls, why the kernels were given up, and the
 #: way chosen for each shape.
 _KL_OVERLAP = {"ag_matmul": 0, "matmul_rs": 0, "matmul_ar": 0, "all_reduce": 0, "ar_norm": 0, "ring": 0, "fallback": 0, "ok": False, "broken": None, "chosen": {}}
-#: All-reduces larger than this keep NCCL (bandwidth-bound: a ring is as good as a kernel gets, and
-#: the symmetric buffers would be large); the catalog offers the strategy on the same cap
-#: (``options.ALL_REDUCE_MAX``).
-ALL_REDUCE_MAX_BYTES = 16 << 20
 #: Tuning: calls per way timed (after two warm-up calls that compile it).
 TUNE_ITERS = 3
 _HALF = (torch.bfloat16, torch.float16)
 
 AG_CONFIGS = ag_gemm.TUNING
 RS_CONFIGS = gemm_rs.TUNING
-AR_CONFIGS = allreduce_norm.TUNING
 _PLANS = {}  # shape key -> the chosen runner's name
 _PEERS = {}  # buffer key -> Peers
 
@@ -303,100 +298,3 @@ def _kloom_matmul_ar(product, op=None):
     else:
         dist.all_reduce(y, op=op)
     return y
-
-
-# All-reduce, alone or with the residual add and RMSNorm that follow -------------------------------
-def _ar_eligible(tensor, residual=None) -> bool:
-    return (
-        _eligible([tensor] + ([residual] if residual is not None else []))
-        and allreduce_norm.supported(tensor.reshape(-1) if residual is None else tensor, residual)
-        and (residual is None or residual.shape == tensor.shape)
-    )
-
-
-def _ar_peers(tensor):
-    world = dist.get_world_size()
-    rows = -(-tensor.numel() // allreduce_norm.FLAT_ROW) * allreduce_norm.FLAT_ROW
-    flags = max(allreduce_norm.flags_needed(world, c) for c in AR_CONFIGS.values())
-    return _peers(("allreduce", rows, tensor.dtype), allreduce_norm.buffer_numel(world, rows), flags, tensor.dtype)
-
-
-class _Pristine:
-    """The input an in-place way starts from in each of its timed tuning calls, copied the first
-    time tuning asks (a call after the choice, every call but a shape's first, copies nothing)."""
-
-    def __init__(self, tensor):
-        self.tensor, self.copy = tensor, None
-
-    def scratch(self):
-        if self.copy is None:
-            self.copy = self.tensor.clone()
-        return self.copy.clone()
-
-    def reset(self, work):
-        work.copy_(self.copy)
-        return work
-
-
-def _reference_ar_norm(h, residual, eps):
-    dist.all_reduce(h)
-    if residual is not None:
-        h += residual
-    hf = h.float()
-    return hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
-
-
-def _kloom_ar_add_rmsnorm(h, residual, eps):
-    """``all_reduce(h); h += residual`` (in place), then the float32 RMSNorm of ``h`` over its last
-    dimension, returned: what the rewritten reference computed in these statements."""
-    if isinstance(h, torch.Tensor) and _ar_eligible(h, residual) and isinstance(eps, (int, float)):
-        peers = _ar_peers(h)
-        pristine = _Pristine(h)
-
-        def ours(config, work):
-            target = h if work is None else pristine.reset(work)
-            y = torch.empty(target.shape, dtype=torch.float32, device=target.device)
-            allreduce_norm.all_reduce_add_rmsnorm(target, residual, None, eps, peers, config, out=(y, target))
-            return y
-
-        def reference(work):
-            return _reference_ar_norm(h if work is None else pristine.reset(work), residual, eps)
-
-        runners = [("reference", reference)] + [(name, lambda work, c=c: ours(c, work)) for name, c in AR_CONFIGS.items()]
-        normed = _run(("ar_norm", tuple(h.shape), residual is not None, h.dtype), runners, pristine.scratch)
-        if normed is not None:
-            _KL_OVERLAP["ar_norm"] += 1
-            return normed
-    _not_taken(h)
-    return _reference_ar_norm(h, residual, eps)
-
-
-def _kloom_comm_all_reduce(tensor, op=None, group=None, async_op=False):
-    """``dist.all_reduce`` with the same arguments; a synchronous sum over the default group of a
-    contiguous bf16/fp16 CUDA tensor goes through the tuned choice of NCCL and the comm kernel's
-    one-shot and two-shot."""
-    plain = group is None and not async_op and (op is None or op == dist.ReduceOp.SUM)
-    small = isinstance(tensor, torch.Tensor) and tensor.numel() * tensor.element_size() <= ALL_REDUCE_MAX_BYTES
-    if plain and small and _ar_eligible(tensor):
-        peers = _ar_peers(tensor)
-        pristine = _Pristine(tensor)
-
-        def nccl(work):
-            dist.all_reduce(tensor if work is None else pristine.reset(work))
-            return True
-
-        def ours(config, work):
-            flat = (tensor if work is None else pristine.reset(work)).view(-1)
-            allreduce_norm.all_reduce(flat, peers, config, out=flat)
-            return True
-
-        runners = [("reference", nccl)] + [(name, lambda work, c=c: ours(c, work)) for name, c in AR_CONFIGS.items()]
-        if _run(("all_reduce", tensor.numel(), tensor.dtype), runners, pristine.scratch) is not None:
-            _KL_OVERLAP["all_reduce"] += 1
-            return None
-    if plain and small:
-        _not_taken(tensor)
-    if op is None:
-        return dist.all_reduce(tensor, group=group, async_op=async_op)
-    return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
-
