@@ -68,6 +68,8 @@ def _ar_norm(h, residual, eps, weight, scaled: bool):
         return None
     if scaled and not (isinstance(weight, torch.Tensor) and weight.dtype == h.dtype and weight.device == h.device and weight.shape == h.shape[-1:] and weight.is_contiguous()):
         return None
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (h, residual, weight)):
+        return None  # the kernel's result has no autograd history: a backward through it needs the eager ops
     peers = _ar_peers(h)
     pristine = _Pristine(h)
 
