@@ -41,7 +41,6 @@ CLOCK_EVENT_REASONS = {
 }
 #: nvmlDeviceGetTopologyCommonAncestor levels, named as ``nvidia-smi topo -m`` names them.
 TOPOLOGY_LEVELS = {0: "same board", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-_NVLINK_TX, _NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB counters
 
 
 class NvmlUnavailable(Exception):
@@ -323,11 +322,6 @@ class NvmlSampler:
             summary["stopped"] = self.stopped
             summary["flags"].append(f"nvml_sampling_stopped: {self.stopped}")
         return summary
-
-
-def _field_value(v) -> float:
-    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-    return float(getattr(v.value, kinds.get(int(v.valueType), "ullVal")))
 
 
 def _stats(values: list[float]) -> dict[str, float]:

@@ -23,11 +23,16 @@ import select
 import sys
 import time
 
-from services.worker.profiler.nvml import (
-    _NVLINK_RX, _NVLINK_TX, NvmlUnavailable, _active_links, _field_value, _open, _try, visible_handles,
-)  # fmt: skip
+from services.worker.profiler.nvml import NvmlUnavailable, _active_links, _open, _try, visible_handles
 from services.worker.profiler.nvml_pids import compute_pids
 from services.worker.profiler.nvml_quiet import sampling_allowed
+
+_NVLINK_TX, _NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB counters
+
+
+def _field_value(v) -> float:
+    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return float(getattr(v.value, kinds.get(int(v.valueType), "ullVal")))
 
 
 def _nvlink_kib(nv, handle, links: list[int]) -> tuple[float | None, float | None]:
