@@ -39,6 +39,7 @@ MAX_ROW = 32768
 #: Row width a flat (norm-less) all-reduce is cut into.
 FLAT_ROW = 8192
 _WEIGHT_MODES = {None: 0, "round_then_scale": 1, "float32": 2}
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def buffer_numel(world: int, numel: int) -> int:
 
 def supported(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether the kernel takes ``x`` (rows of the last dimension) and the residual/weight given."""
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or not x.is_contiguous() or x.numel() == 0 or x.dim() < 1:
+    if x.dtype not in _DTYPES or not x.is_contiguous() or x.numel() == 0 or x.dim() < 1:
         return False
     if x.shape[-1] > MAX_ROW:
         return False
@@ -247,8 +248,10 @@ def all_reduce(x: torch.Tensor, peers: Peers, config: ArNormConfig = ArNormConfi
     one partial). Any size: the row limit applies to a row, not to ``x`` (a GPU run of 512x4096
     was refused when the whole flat size was checked as one row)."""
     width = min(x.numel(), FLAT_ROW)
-    if not supported(x.reshape(-1)[:width]):
-        raise ValueError(f"all_reduce does not take x {tuple(x.shape)} {x.dtype}")
+    # x itself must be contiguous (the kernel reads its memory flat): checking a reshaped slice,
+    # as this once did, passed a strided x whose reshape was a copy.
+    if x.dtype not in _DTYPES or not x.is_contiguous() or x.numel() == 0:
+        raise ValueError(f"all_reduce does not take x {tuple(x.shape)} {x.dtype}{'' if x.is_contiguous() else ' (not contiguous)'}")
     h = out if out is not None else torch.empty_like(x)
     _launch(x, None, None, h, None, 0.0, peers, config, rows=-(-x.numel() // width), width=width, two_shot=config.algo == "two_shot",
             sharded=False, norm=False, weight_mode=None, max_spins=max_spins, phase=phase, epoch=epoch)  # fmt: skip

@@ -38,16 +38,20 @@ def _hooks_installed() -> bool:
     return any(h is not None and bool(getattr(h, "calls", True)) for h in hooks)
 
 
-#: Per kernel: which parameters are ``do_not_specialize`` (checked once).
-_per_call: dict[object, tuple[bool, ...]] = {}
+#: Per kernel (its id: kernels are module-level and live as long as the process): which
+#: parameters are ``do_not_specialize`` (checked once).
+_per_call: dict[int, tuple[object, tuple[bool, ...]]] = {}
 
 
 def _key(kernel, args: tuple, meta: dict) -> tuple | None:
-    per_call = _per_call.get(kernel)
-    if per_call is None or len(per_call) != len(args):
+    # Kernels by identity (hashing a JITFunction goes through its source's cache key); the entry
+    # holds the kernel, so its id is never reused while keys name it.
+    seen = _per_call.get(id(kernel))
+    if seen is None or seen[0] is not kernel or len(seen[1]) != len(args):
         if any(i < len(args) for i in kernel.constexprs):
             raise ValueError(f"{kernel.arg_names}: launch needs the constexpr parameters after all the others")
-        per_call = _per_call[kernel] = tuple(p.do_not_specialize for p in kernel.params[: len(args)])
+        seen = _per_call[id(kernel)] = (kernel, tuple(p.do_not_specialize for p in kernel.params[: len(args)]))
+    per_call = seen[1]
     parts = []
     for a, free in zip(args, per_call):
         if isinstance(a, torch.Tensor):
@@ -59,7 +63,7 @@ def _key(kernel, args: tuple, meta: dict) -> tuple | None:
         else:
             parts.append((type(a), a))
     # The compiled kernel's handle belongs to the device current at its first launch.
-    return (kernel, torch.cuda.current_device() if torch.cuda.is_initialized() else -1, tuple(parts), tuple(meta.items()))
+    return (id(kernel), torch.cuda.current_device() if torch.cuda.is_initialized() else -1, tuple(parts), tuple(meta.items()))
 
 
 def launch(kernel, grid: int, args: tuple, meta: dict) -> None:

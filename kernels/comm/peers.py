@@ -50,6 +50,7 @@ class Peers:
     peer_flags: list[torch.Tensor]  # every rank's flag array as a tensor
     epoch: int = 0
     keep: list = field(default_factory=list, repr=False)  # rendezvous handles that must outlive the buffers
+    _halves: dict = field(default_factory=dict, repr=False)  # (rank, parity) -> that buffer half's view
 
     @property
     def numel(self) -> int:
@@ -74,7 +75,10 @@ class Peers:
         """The data buffer half of ``parity`` (the current one by default) of ``rank`` (this one)."""
         rank = self.rank if rank is None else rank
         parity = self.parity if parity is None else parity
-        return self.peer_data[rank][parity]
+        half = self._halves.get((rank, parity))
+        if half is None:  # a view made once: a call's host time is what latency-bound kernels pay
+            half = self._halves[(rank, parity)] = self.peer_data[rank][parity]
+        return half
 
     def check(self) -> None:
         """Raise if a flag wait on this rank timed out (its results are not to be trusted)."""

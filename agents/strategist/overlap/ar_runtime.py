@@ -18,8 +18,11 @@ AR_CONFIGS = allreduce_norm.TUNING
 
 # All-reduce, alone or with the residual add and RMSNorm that follow -------------------------------
 def _ar_eligible(tensor, residual=None) -> bool:
+    # Contiguous itself: a strided tensor's reshape is a copy that passes the kernel's check while
+    # the kernel reads the strided memory (its ``view(-1)`` then fails and gives up the kernels).
     return (
         _eligible([tensor] + ([residual] if residual is not None else []))
+        and tensor.is_contiguous()
         and allreduce_norm.supported(tensor.reshape(-1) if residual is None else tensor, residual)
         and (residual is None or residual.shape == tensor.shape)
     )

@@ -146,3 +146,18 @@ def test_operands_outside_the_envelope_are_refused(x, residual, weight, why):
     peers = emulated_peers(1, 1 << 16, x.dtype, 64)[0]
     with pytest.raises(ValueError, match="does not take"):
         arn.all_reduce_add_rmsnorm(x, residual, weight, EPS, peers)
+
+
+@pytest.mark.parametrize(
+    "x, why",
+    [
+        (torch.randn(4, 8).t(), "not contiguous (its reshape would be a copy the kernel never reads)"),
+        (torch.randn(4, 8)[:, ::2], "strided"),
+        (torch.randn(16).double(), "float64"),
+        (torch.randn(0), "empty"),
+    ],
+)
+def test_the_flat_all_reduce_refuses_what_it_cannot_read_flat(x, why):
+    peers = emulated_peers(1, 1 << 16, x.dtype, 64)[0]
+    with pytest.raises(ValueError, match="does not take"):
+        arn.all_reduce(x, peers)
