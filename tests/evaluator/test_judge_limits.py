@@ -14,6 +14,10 @@ from services.worker.evaluator import EvalSettings, Evaluator
 from services.worker.evaluator.precision import PrecisionError, declared
 
 HERE = Path(__file__).parent
+#: What a test's bound allows beyond the limit it is about: killing the ranks and starting the pool
+#: again. On CI's two cores a deadlock's evaluation once took 25.04 s against 10 + 15; the limits
+#: these tests tell apart are 300 s (the call limit), so 30 s of room keeps them apart.
+AFTER_S = 30
 WORKLOADS, ADVERSARIAL, CANDIDATES = HERE / "workloads", HERE / "adversarial", HERE / "candidates"
 LINEAR, BIG, FP8 = WORKLOADS / "linear_allreduce.py", WORKLOADS / "big_inputs.py", WORKLOADS / "fp8_output.py"
 MiB = 1 << 20
@@ -63,7 +67,7 @@ def test_a_deadlock_ends_on_no_progress_not_on_the_call_limit(evaluator):
     result = evaluator.evaluate(LINEAR, ADVERSARIAL / "deadlock.py", world_size=2)
     took = time.monotonic() - started
     assert result.status == "timeout" and "no progress" in result.error.message, result.summary()
-    assert took < 10 + 15, took  # stall_s, plus killing and the pool's start
+    assert took < 10 + AFTER_S, took  # stall_s, plus killing and the pool's start
 
 
 def test_a_hang_after_the_first_call_ends_within_the_hang_bound(evaluator):
@@ -74,7 +78,7 @@ def test_a_hang_after_the_first_call_ends_within_the_hang_bound(evaluator):
     result = evaluator.evaluate(BIG, candidate_source=HANGS_AFTER_FIRST_CALL, world_size=1)
     took = time.monotonic() - started
     assert result.status == "timeout" and "did not finish trial within 10 s" in result.error.message, result.summary()
-    assert took < 10 + 15, took
+    assert took < 10 + AFTER_S, took
 
 
 def test_the_hang_bound_grows_with_the_bytes_a_trial_moves():
@@ -94,7 +98,7 @@ def test_a_hanging_reference_ends_on_no_progress(evaluator, tmp_path):
     result = evaluator.evaluate(hangs, candidate_source=HONEST_BIG, world_size=1)
     took = time.monotonic() - started
     assert result.status == "timeout" and "no progress" in result.error.message, result.summary()
-    assert took < 10 + 15, took
+    assert took < 10 + AFTER_S, took
 
 
 def test_abort_ends_an_evaluation_within_seconds(evaluator):
@@ -105,7 +109,7 @@ def test_abort_ends_an_evaluation_within_seconds(evaluator):
     took = time.monotonic() - started
     timer.join()
     assert result.status == "stopped" and result.error.message == "cancelled by the user", result.summary()
-    assert took < 1.0 + 15, took
+    assert took < 1.0 + AFTER_S, took
     assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
 
 
