@@ -70,9 +70,14 @@ def buffer_numel(world: int, numel: int) -> int:
     return (world + 1) * numel
 
 
+def _readable(x: torch.Tensor) -> bool:
+    """A dtype the kernel sums, its own memory contiguous (the kernel reads it flat), not empty."""
+    return x.dtype in _DTYPES and x.is_contiguous() and x.numel() > 0
+
+
 def supported(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
     """Whether the kernel takes ``x`` (rows of the last dimension) and the residual/weight given."""
-    if x.dtype not in _DTYPES or not x.is_contiguous() or x.numel() == 0 or x.dim() < 1:
+    if not _readable(x) or x.dim() < 1:
         return False
     if x.shape[-1] > MAX_ROW:
         return False
@@ -250,7 +255,7 @@ def all_reduce(x: torch.Tensor, peers: Peers, config: ArNormConfig = ArNormConfi
     width = min(x.numel(), FLAT_ROW)
     # x itself must be contiguous (the kernel reads its memory flat): checking a reshaped slice,
     # as this once did, passed a strided x whose reshape was a copy.
-    if x.dtype not in _DTYPES or not x.is_contiguous() or x.numel() == 0:
+    if not _readable(x):
         raise ValueError(f"all_reduce does not take x {tuple(x.shape)} {x.dtype}{'' if x.is_contiguous() else ' (not contiguous)'}")
     h = out if out is not None else torch.empty_like(x)
     _launch(x, None, None, h, None, 0.0, peers, config, rows=-(-x.numel() // width), width=width, two_shot=config.algo == "two_shot",
