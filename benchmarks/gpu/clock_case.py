@@ -30,6 +30,14 @@ class _NoSampler:
     def __exit__(self, *exc):
         return None
 
+    open = True
+
+    def begin_window(self) -> None:
+        pass
+
+    def sample(self) -> None:
+        pass
+
     def summary(self) -> dict:
         return {"status": "unavailable", "reason": "switched off by clock_case.py --no-nvml"}
 
@@ -69,9 +77,9 @@ def main() -> None:
     parser.add_argument("--no-nvml", action="store_true", help="time without the judge's NVML sampler (is it the noise?)")
     args = parser.parse_args()
     if args.no_nvml:
-        from services.worker.evaluator import judge_trials
+        from services.worker.evaluator import judge
 
-        judge_trials.NvmlSampler = _NoSampler
+        judge.NvmlSampler = _NoSampler
     seen: list[dict] = []
     original = interleaved.Timing._check
 

@@ -10,7 +10,6 @@ reference's, and rounds' last outputs are judged whole.
 
 from __future__ import annotations
 
-import gc
 import math
 import secrets
 import statistics
@@ -28,7 +27,7 @@ from .pool import RankPool, Replies
 from .pool_replies import replies_value
 from .projection_check import Projections
 from .settings import EvalSettings
-from .timing import gc_paused, settle_gc
+from .timing import gc_paused
 
 #: CPU time a stopped side may show over the whole timing (the kernel counts whole clock ticks,
 #: and a process runs on for an instant after SIGSTOP is sent), in seconds and as a share of the
@@ -92,13 +91,13 @@ class Timing:
         def bound(calls: int) -> float:
             return s.hang_factor * calls * (ref_call_s + draw_s)
 
-        settle_gc()  # this process's clock measures every block: no collection of the judge's inside one
+        # This process's clock measures every block: its collector is held off inside each one
+        # (``gc_paused`` in ``_block``), so no collection of the judge's falls inside a block.
         quiet = timing_in_progress() if self.pools.reference.device == "cuda" else nullcontext()
         try:
             with quiet:  # periodic NVML sampling on this machine waits until the timing ends
                 blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, bound)
         finally:
-            gc.unfreeze()
             ref.resume()
             cand.resume()
             self.pools.resume_spares()

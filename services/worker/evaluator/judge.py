@@ -18,6 +18,8 @@ from contextlib import contextmanager
 
 from kloom.evaluation import ErrorInfo
 
+from services.worker.profiler.nvml import NvmlSampler
+
 from .pool import PoolFailure, RankPool
 from .settings import EvalSettings
 
@@ -44,6 +46,20 @@ class JudgePools:
         # else) until its pool accepts them, when it becomes ``candidate`` (``renew_candidate``).
         self.spares: deque[RankPool] = deque()
         self.renewals = 0  # candidates judged in these pools so far: spares grow with them
+        self._sampler: NvmlSampler | None = None  # the GPUs' NVML sampler, kept open across evaluations
+
+    def sampler(self) -> NvmlSampler:
+        """The NVML sampler of these pools' GPUs, started once and kept (again where it stopped)."""
+        if self._sampler is not None and not self._sampler.open:
+            self._close_sampler()
+        if self._sampler is None:
+            self._sampler = NvmlSampler(self.devices[: self.world_size], interval_s=None).__enter__()
+        return self._sampler
+
+    def _close_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
 
     @property
     def pools(self) -> tuple[RankPool, RankPool]:
@@ -170,11 +186,13 @@ class JudgePools:
         for pool in self.pools:
             pool.kill()
         self._drop_spares()
+        self._close_sampler()
 
     def close(self) -> None:
         for pool in self.pools:
             pool.close()
         self._drop_spares()
+        self._close_sampler()
 
     def _drop_spares(self) -> None:
         while self.spares:

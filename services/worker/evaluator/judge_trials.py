@@ -8,7 +8,6 @@ from pathlib import Path
 
 from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 from kloom.speedup import paired_interval
-from services.worker.profiler.nvml import NvmlSampler
 
 from . import precision
 from .compare import compare_rank, resolve_tolerance, tolerance_to_names
@@ -183,8 +182,10 @@ class Trials:
         if self.ev.device != "cuda":
             yield None
             return
-        with NvmlSampler(self.pools.devices[: self.world], interval_s=None) as sampler:
-            yield sampler
+        sampler = self.pools.sampler()
+        sampler.begin_window()
+        yield sampler
+        sampler.sample()  # the GPUs as the last block left them
 
     # Checks ------------------------------------------------------------------------------------
     def _check_candidate(self, replies: Replies, op: str, status: str = "runtime_error") -> None:

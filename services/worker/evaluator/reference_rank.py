@@ -215,6 +215,9 @@ class ReferenceRank(RankBase):
         self.kept, self.timed = None, None
         if everything:
             self.ref = None
+            # The model may sit in a cycle (or in objects an earlier settle set aside): a full
+            # collection frees it, after the reply, off the evaluation's path.
+            self.collect_later = collect
         if collect and self.device.type == "cuda":  # on the CPU, dropping the references frees
             gc.collect()
             torch.cuda.empty_cache()

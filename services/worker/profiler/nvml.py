@@ -230,6 +230,18 @@ class NvmlSampler:
             self.stopped = f"NVML sampling stopped early: a sample took more than {timeout_s:g} s"
             proc.kill()
 
+    def begin_window(self) -> None:
+        """Summarise from here on: the samples and the processes seen so far are dropped (a
+        sampler kept open across evaluations: starting its process costs ~0.15 s each time)."""
+        with self._arrived:
+            self.samples = {i: [] for i in self.device_indices}
+            self._ownership = {}
+
+    @property
+    def open(self) -> bool:
+        """Its process runs and samples (not unavailable, not stopped early)."""
+        return self._proc is not None and not self.reason and not self.stopped
+
     def __enter__(self) -> "NvmlSampler":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])))
         try:
