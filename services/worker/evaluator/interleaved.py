@@ -95,9 +95,11 @@ class Timing:
         # (``gc_paused`` in ``_block``), so no collection of the judge's falls inside a block.
         quiet = timing_in_progress() if self.pools.reference.device == "cuda" else nullcontext()
         try:
+            self.pools.place_for_timing()
             with quiet:  # periodic NVML sampling on this machine waits until the timing ends
                 blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, bound)
         finally:
+            self.pools.unplace()
             ref.resume()
             cand.resume()
             self.pools.resume_spares()

@@ -20,6 +20,7 @@ from kloom.evaluation import ErrorInfo
 
 from services.worker.profiler.nvml import NvmlSampler
 
+from . import placement
 from .pool import PoolFailure, RankPool
 from .settings import EvalSettings
 
@@ -47,6 +48,7 @@ class JudgePools:
         self.spares: deque[RankPool] = deque()
         self.renewals = 0  # candidates judged in these pools so far: spares grow with them
         self._sampler: NvmlSampler | None = None  # the GPUs' NVML sampler, kept open across evaluations
+        self._placed: set[int] | None = None  # this thread's cores before ``place_for_timing``
 
     def sampler(self) -> NvmlSampler:
         """The NVML sampler of these pools' GPUs, started once and kept (again where it stopped)."""
@@ -165,6 +167,30 @@ class JudgePools:
         for spare in self.spares:
             if not admitted_only or spare.admitted:
                 spare.stop()
+
+    def place_for_timing(self) -> None:
+        """On a GPU machine with the cores: rank i of both sides on cores of its own, this thread
+        on another, everything else of the pools elsewhere (``placement.py``); ``unplace`` undoes it."""
+        where = placement.plan(self.world_size) if self.reference.device == "cuda" else None
+        if where is None:
+            return
+        self._placed = os.sched_getaffinity(0)
+        for spare in self.spares:
+            placement.pin(spare.processes(), where.rest)
+        for pool in self.pools:
+            placement.pin(pool.processes(), where.rest)
+            for rank, cores in enumerate(where.ranks):
+                placement.pin(pool.processes([rank]), cores)
+        os.sched_setaffinity(0, {where.judge})
+
+    def unplace(self) -> None:
+        """Every process of the pools, and this thread, back on the cores they had."""
+        cores, self._placed = self._placed, None
+        if cores is None:
+            return
+        os.sched_setaffinity(0, cores)
+        for pool in (*self.pools, *self.spares):
+            placement.pin(pool.processes(), cores)
 
     def resume_spares(self) -> None:
         for spare in self.spares:
