@@ -14,6 +14,7 @@ the verdict with its interval, and peak memory (the evaluator's job beside the r
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import sys
@@ -83,6 +84,12 @@ def build(rows: list[dict]) -> dict:
     }
 
 
+def _short(device: str | None) -> str:
+    """A GPU's name as a row shows it: "H100", "H200" (the whole name where it has no such word)."""
+    words = (device or "?").replace("NVIDIA ", "").split()
+    return words[0] if words else "?"
+
+
 def _f(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -93,6 +100,9 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         "# KernelBench development split (levels 1-2) at the problems' own sizes",
         "",
         f"Device: {report.get('device') or '?'}. Command: `bash benchmarks/gpu/kernelbench.sh` (resumed across calls).",
+        *([] if len(report.get("devices") or {}) < 2 else [
+            "", "Measured on more than one kind of GPU (each problem's row names its own; a row's columns are from one machine):",
+            ", ".join(f"{name}: {n} problems" for name, n in report["devices"].items()) + "."]),
         "",
         "| aggregate | value |",
         "|---|---|",
@@ -112,8 +122,9 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: r["workload"]):
+        name = r["workload"] + (f" ({_short(r.get('device'))})" if len(report.get("devices") or {}) > 1 else "")
         if r.get("status") != "measured":
-            lines.append(f"| {r['workload']} | {r.get('status')}: {(r.get('reason') or '')[:160]} | | | | | | | | |")
+            lines.append(f"| {name} | {r.get('status')}: {(r.get('reason') or '')[:160]} | | | | | | | | |")
             continue
         k = r.get("kloom") or {}
         ci = k.get("speedup_ci")
@@ -135,7 +146,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
             return _f(e.get("ms"), ".4g")
 
         lines.append(
-            f"| {r['workload']} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
+            f"| {name} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
             f"{_f(k.get('reference_ms'), '.4g')} / {_f(k.get('best_ms'), '.4g')} | {speed} | {k.get('outcome', '-')} | "
             f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
         )
@@ -154,8 +165,9 @@ def main() -> int:
     rows = list(read_rows(args.partial).values())
     out = args.out or args.partial[0].parent
     out.mkdir(parents=True, exist_ok=True)
-    device = next((r.get("device") for r in rows if r.get("device")), None)
-    report = {"device": device, "aggregate": build(rows), "rows": rows}
+    devices = dict(collections.Counter(r["device"] for r in rows if r.get("device")).most_common())
+    device = next(iter(devices), None) if len(devices) < 2 else "mixed"
+    report = {"device": device, "devices": devices, "aggregate": build(rows), "rows": rows}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(to_markdown(report, rows))
     print((out / "report.md").read_text())

@@ -1,0 +1,48 @@
+"""benchmarks/kernelbench_report.py over rows measured on two kinds of GPU (calls resumed on
+whatever machine was lent): the report says so and names each row's GPU, instead of heading
+every row with the first row's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(name: str, device: str | None, status: str = "measured") -> dict:
+    row = {"workload": name, "status": status, "modes": {"eager": {"ms": 2.0}}}
+    if device:
+        row["device"] = device
+    if status == "measured":
+        row["kloom"] = {"correct": True, "outcome": "faster kernel found", "measured_speedup": 1.5, "speedup_ci": [1.4, 1.6],
+                        "reference_ms": 2.0, "best_ms": 1.333, "made_by": "inductor"}
+    else:
+        row["reason"] = "needs a backend that is not installed"
+    return row
+
+
+def _report(tmp_path: Path, rows: list[dict]) -> tuple[dict, str]:
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernelbench_report.py"), str(partial), "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((tmp_path / "report.json").read_text()), (tmp_path / "report.md").read_text()
+
+
+def test_rows_from_two_gpus_are_labelled_and_counted(tmp_path):
+    data, text = _report(tmp_path, [_row("level1_1_A", "NVIDIA H100 80GB HBM3"), _row("level1_3_B", "NVIDIA H200"),
+                                    _row("level1_5_C", "NVIDIA H200"), _row("level1_7_D", None, status="not_imported")])
+    assert data["device"] == "mixed"
+    assert data["devices"] == {"NVIDIA H200": 2, "NVIDIA H100 80GB HBM3": 1}
+    assert "NVIDIA H200: 2 problems, NVIDIA H100 80GB HBM3: 1 problems" in text
+    assert "| level1_1_A (H100) |" in text and "| level1_3_B (H200) |" in text
+
+
+def test_rows_from_one_gpu_keep_the_plain_heading(tmp_path):
+    data, text = _report(tmp_path, [_row("level1_1_A", "NVIDIA H200"), _row("level1_7_D", None, status="not_imported")])
+    assert data["device"] == "NVIDIA H200"
+    assert "Device: NVIDIA H200." in text and "| level1_1_A |" in text and "(H200)" not in text
