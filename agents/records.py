@@ -53,6 +53,29 @@ class Limits:
     budget_usd: float | None = None
 
 
+@dataclass(frozen=True)
+class JobRequest:
+    """What a job runs with, everything but the workload: what a user asks for through the API
+    (its row keeps these fields), ``kloom optimize`` or a batch. ``spec`` is the one way a
+    ``JobSpec`` is made from them (``JobSpec.from_dict`` reads a saved one back)."""
+
+    world_size: int
+    device_kind: str = "cpu"  # the queue: ``cpu``, ``cuda``, ``cuda-h200x4``
+    strategist: str = "offline"
+    shapes: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    use_kb: bool = True
+    profile: Literal["none", "new_best", "every_correct"] = "new_best"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def spec(self, workload: str, job_id: str = "", shapes: str | None = None) -> "JobSpec":
+        """The job of ``workload`` (a path; a name for a job not run yet); ``shapes``: the
+        evaluator's, where the request names none."""
+        return JobSpec(workload=workload, world_size=self.world_size, device=device_of(self.device_kind),
+                       shapes=self.shapes or shapes, strategist=self.strategist, limits=dataclasses.replace(self.limits),
+                       job_id=job_id, use_kb=self.use_kb, profile=self.profile, options=dict(self.options))
+
+
 @dataclass
 class JobSpec:
     workload: str  # a path to the workload file

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.records import JobSpec, Limits
+from agents.records import JobRequest, JobSpec, Limits
 from kloom.suite import select
 
 
@@ -25,19 +25,15 @@ class BatchSettings:
     use_kb: bool = True
     profile: str = "new_best"
 
+    def request(self) -> JobRequest:
+        """What each of the batch's jobs runs with."""
+        return JobRequest(world_size=self.world_size, device_kind=self.device, strategist=self.strategist, shapes=self.shapes,
+                          limits=Limits(max_iters=self.max_iters, budget_usd=self.budget_usd, max_wall_s=self.max_wall_s_per_job),
+                          use_kb=self.use_kb, profile=self.profile)
+
     def job_spec(self, workload: str, *, job_id: str, shapes: str | None) -> JobSpec:
         """The job of one of the batch's workloads (``shapes``: the evaluator's, when the batch names none)."""
-        return JobSpec(
-            workload=workload,
-            world_size=self.world_size,
-            device=self.device,
-            shapes=shapes,
-            strategist=self.strategist,
-            limits=Limits(max_iters=self.max_iters, budget_usd=self.budget_usd, max_wall_s=self.max_wall_s_per_job),
-            job_id=job_id,
-            use_kb=self.use_kb,
-            profile=self.profile,
-        )
+        return self.request().spec(workload, job_id, shapes=shapes)
 
 
 def plan_batch(settings: BatchSettings) -> tuple[list, list[tuple[str, str]]]:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agents.records import JobSpec, Limits
+from agents.records import JobRequest, Limits
 from agents.sinks import FileSink
 from kloom.speedup import FASTER, measured
 from kloom.suite import find
@@ -55,16 +55,10 @@ def register(app: typer.Typer) -> None:
 
         path = resolve_workload(workload)
         settings = _settings(device, shapes)
-        spec = JobSpec(
-            workload=str(path.resolve()),
-            world_size=world_size,
-            device=device.value,
-            shapes=settings.shapes,
-            strategist=model,
-            limits=Limits(max_iters=max_iters, max_wall_s=max_wall_s, budget_usd=budget_usd),
-            use_kb=use_kb,
-            profile=profile,
-        )
+        request = JobRequest(world_size=world_size, device_kind=device.value, strategist=model, shapes=settings.shapes,
+                             limits=Limits(max_iters=max_iters, max_wall_s=max_wall_s, budget_usd=budget_usd),
+                             use_kb=use_kb, profile=profile)
+        spec = request.spec(str(path.resolve()))
         sink = FileSink(out)
         resume = None if fresh else sink.load()
         if resume is not None and (resume.job.workload != spec.workload or resume.job.world_size != world_size or resume.job.device != device.value):

@@ -14,27 +14,23 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from agents.records import FINISHED_STATES, JobSpec, Limits, device_of
+from agents.records import FINISHED_STATES, JobRequest, JobSpec, Limits
 from kloom.clock import utcnow
 
 from .models import Job, JobEvent, StepRecord, Worker
 
 
+def job_request(job: Job) -> JobRequest:
+    """What a job's row asks for."""
+    return JobRequest(world_size=job.world_size, device_kind=job.device_kind, strategist=job.strategist, shapes=job.shapes,
+                      limits=Limits(**job.limits), use_kb=job.use_kb, profile=job.profile,
+                      options={k: v for k, v in job.options.items() if k not in ("use_kb", "profile")})
+
+
 def job_spec(job: Job, workload: str) -> JobSpec:
     """The loop's ``JobSpec`` for a job row; ``workload``: where its source was written (or its name,
     for a job that has not run)."""
-    return JobSpec(
-        workload=workload,
-        world_size=job.world_size,
-        device=device_of(job.device_kind),
-        shapes=job.shapes,
-        strategist=job.strategist,
-        limits=Limits(**job.limits),
-        job_id=job.id,
-        use_kb=job.use_kb,
-        profile=job.profile,
-        options={k: v for k, v in job.options.items() if k not in ("use_kb", "profile")},
-    )
+    return job_request(job).spec(workload, job.id)
 
 
 def append_event(session: Session, job_id: str, kind: str, payload: dict[str, Any]) -> int:
