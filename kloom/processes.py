@@ -2,9 +2,9 @@
 its threads are stopped, its CPU time; killing a tree of them; the tail of a rank's log; and the
 environment every multi-rank launch forces (NVLink multicast off).
 
-Shared by everything that starts rank processes: the evaluator's pool, the profiler's one-shot
-launcher and the roofline's collective benchmark (each is a different kind of launch: a sandboxed
-pool kept warm, N processes run once under a profiler, N processes that time collectives). The
+Shared by everything that starts rank processes: the evaluator's pool (a sandboxed pool kept
+warm, which uses the /proc readers), and the one-shot launches, the profiler's and the roofline's
+collective benchmark, which start their N processes and wait for them with ``run_ranks``. The
 standard library only, so that the profiler's launcher imports nothing else.
 """
 
@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
 
 #: Set in every rank process of every launch: NVLink multicast stays off on shared hosts, where it
 #: can take the GPUs out of service (shared/HARDWARE.md).
@@ -136,3 +140,62 @@ def log_tail(path: str | os.PathLike, limit: int) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+@dataclass
+class RanksOutcome:
+    """How a one-shot launch of rank processes ended."""
+
+    codes: list[int | None]  # per rank: its exit code, None where it was killed
+    timed_out: bool
+
+    @property
+    def failed(self) -> list[int]:
+        """Ranks that exited with an error (killed ones left out)."""
+        return [rank for rank, code in enumerate(self.codes) if code not in (None, 0)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(code == 0 for code in self.codes)
+
+
+def run_ranks(argv: Callable[[int], list[str]], world_size: int, *, env: Callable[[int], dict[str, str]], cwd: str | os.PathLike,
+              logs: Callable[[int], IO[bytes]], timeout_s: float | None, grace_s: float = 0.0) -> RanksOutcome:
+    """Start ``world_size`` processes (``argv(rank)`` with ``env(rank)``, output to ``logs(rank)``)
+    and wait for all of them. Once one has failed, the others get ``grace_s`` to finish (a rank
+    stuck in a collective with the failed one never would); past ``timeout_s`` every rank is
+    killed. Whatever is left at the end is killed with its descendants."""
+    procs: list[subprocess.Popen] = []
+    timed_out = False
+    try:
+        for rank in range(world_size):
+            procs.append(subprocess.Popen(argv(rank), env=env(rank), cwd=cwd, stdin=subprocess.DEVNULL, stdout=logs(rank),
+                                          stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        grace_until: float | None = None
+        while True:
+            # Every rank polled each time (``any(p.poll() is None ...)`` stops at the first one
+            # running, and a failure behind it went unseen until the timeout).
+            codes = [p.poll() for p in procs]
+            if all(code is not None for code in codes):
+                break
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                timed_out = True
+                break
+            if grace_until is None and any(code not in (None, 0) for code in codes):
+                grace_until = now + grace_s
+            if grace_until is not None and now >= grace_until:
+                break
+            time.sleep(0.05)
+    finally:
+        codes = [p.poll() for p in procs]
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+    return RanksOutcome(codes=codes + [None] * (world_size - len(codes)), timed_out=timed_out)

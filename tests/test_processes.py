@@ -36,3 +36,37 @@ def test_cpu_time_of_reaped_children_counts_so_work_through_children_is_progress
         proc.stdin.close()
         proc.wait(10)
     assert process_cpu_seconds(proc.pid) == 0.0  # gone
+
+
+def _ranks(tmp_path, code_of_rank: str, world: int, **kwargs):
+    """run_ranks over ``world`` tiny processes running ``code_of_rank`` (``RANK`` is set)."""
+    from kloom.processes import run_ranks
+
+    logs = [open(tmp_path / f"r{r}.log", "wb") for r in range(world)]
+    try:
+        return run_ranks(lambda r: [sys.executable, "-c", f"RANK = {r}\n" + code_of_rank], world, env=lambda r: None,
+                         cwd=tmp_path, logs=logs.__getitem__, **kwargs)
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_run_ranks_reports_each_ranks_exit(tmp_path):
+    done = _ranks(tmp_path, "import sys; print('rank', RANK); sys.exit(0)", 3, timeout_s=60)
+    assert done.ok and done.codes == [0, 0, 0] and not done.timed_out
+    assert (tmp_path / "r2.log").read_text().strip() == "rank 2"
+
+
+def test_a_failed_rank_ends_the_others_after_the_grace(tmp_path):
+    started = time.monotonic()
+    done = _ranks(tmp_path, "import sys, time\nif RANK == 1: sys.exit(3)\ntime.sleep(60)", 3, timeout_s=60, grace_s=0.5)
+    assert time.monotonic() - started < 20, "the ranks left waiting were not ended after the grace"
+    assert not done.ok and not done.timed_out
+    assert done.failed == [1] and done.codes[1] == 3 and done.codes[0] is None and done.codes[2] is None
+
+
+def test_past_the_timeout_every_rank_is_killed(tmp_path):
+    started = time.monotonic()
+    done = _ranks(tmp_path, "import time; time.sleep(60)", 2, timeout_s=1.0)
+    assert time.monotonic() - started < 20
+    assert done.timed_out and not done.ok and done.codes == [None, None] and done.failed == []

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kloom.processes import NO_MULTICAST
+from kloom.processes import NO_MULTICAST, run_ranks
 
 from .measure import CalibrationError, Sizes
 from .model import COLLECTIVES, bus_factor
@@ -46,18 +45,18 @@ def measure_collectives(device: str, world_size: int, sizes: Sizes, timeout_s: f
         spec_path = workdir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         env = rank_environment()
-        procs = []
-        logs = []
-        for rank in range(world_size):
-            log = open(workdir / f"rank{rank}.log", "w+")
-            logs.append(log)
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "kloom.roofline.collective_bench", str(spec_path), str(rank)],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(workdir),
-                )
-            )
-        _wait_all(procs, logs, timeout_s)
+        logs = [open(workdir / f"rank{rank}.log", "w+b") for rank in range(world_size)]
+        try:
+            outcome = run_ranks(lambda rank: [sys.executable, "-m", "kloom.roofline.collective_bench", str(spec_path), str(rank)],
+                                world_size, env=lambda rank: env, cwd=workdir, logs=logs.__getitem__, timeout_s=timeout_s)
+            if not outcome.ok:
+                failed = outcome.failed
+                why = (f"rank {failed[0]} exited with {outcome.codes[failed[0]]}" if failed
+                       else f"no answer in {timeout_s:.0f} s")
+                raise CalibrationError(f"collective benchmark failed: {why}\n{_log_tail(logs, failed[:1] or range(world_size))}")
+        finally:
+            for log in logs:
+                log.close()
         return json.loads((workdir / "report.json").read_text())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -74,33 +73,12 @@ def rank_environment() -> dict[str, str]:
     return env
 
 
-def _wait_all(procs: list[subprocess.Popen], logs: list, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                why = f"rank {failed[0]} exited with {procs[failed[0]].returncode}" if failed else f"no answer in {timeout_s:.0f} s"
-                raise CalibrationError(f"collective benchmark failed: {why}\n{_log_tail(logs, failed[:1] or range(len(procs)))}")
-            time.sleep(0.05)
-        failed = [r for r, p in enumerate(procs) if p.returncode != 0]
-        if failed:
-            raise CalibrationError(f"collective benchmark failed on rank(s) {failed}\n{_log_tail(logs, failed)}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for log in logs:
-            log.close()
-
-
 def _log_tail(logs: list, ranks, chars: int = 3000) -> str:
     parts = []
     for rank in ranks:
         logs[rank].flush()
         logs[rank].seek(0)
-        parts.append(f"--- rank {rank} ---\n{logs[rank].read()[-chars:]}")
+        parts.append(f"--- rank {rank} ---\n{logs[rank].read()[-chars:].decode(errors='replace')}")
     return "\n".join(parts)
 
 

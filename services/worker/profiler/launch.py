@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kloom.processes import NO_MULTICAST, kill_tree, log_tail
+from kloom.processes import NO_MULTICAST, kill_tree, log_tail, run_ranks
 
 #: How long the other ranks get to finish after one failed before they are killed (they are
 #: typically waiting in a collective for the rank that failed).
@@ -100,52 +100,23 @@ def launch(spec: LaunchSpec, timeout_s: float | None = None) -> int:
     """
     spec_path = spec.save()
     store_dir = tempfile.mkdtemp(prefix="kloom-launch-")
-    procs: list[subprocess.Popen] = []
+    env = dict(os.environ)
+    env.update(FORCED_ENV)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["KLOOM_PROFILE_STORE"] = os.path.join(store_dir, "pg.store")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.world_size)))
+    logs = [open(rank_output(spec.out_dir, rank, "log"), "wb") for rank in range(spec.world_size)]
     try:
-        for rank in range(spec.world_size):
-            env = dict(os.environ)
-            env.update(FORCED_ENV)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
-            env["KLOOM_PROFILE_STORE"] = os.path.join(store_dir, "pg.store")
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // spec.world_size)))
-            with open(rank_output(spec.out_dir, rank, "log"), "wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "services.worker.profiler.rank", str(spec_path), str(rank)],
-                        env=env,
-                        cwd=spec.out_dir,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-        return _wait(procs, timeout_s)
+        outcome = run_ranks(lambda rank: [sys.executable, "-m", "services.worker.profiler.rank", str(spec_path), str(rank)],
+                            spec.world_size, env=lambda rank: env, cwd=spec.out_dir, logs=logs.__getitem__,
+                            timeout_s=timeout_s, grace_s=ERROR_GRACE_S)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                kill_tree(proc.pid)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+        for log in logs:
+            log.close()
         shutil.rmtree(store_dir, ignore_errors=True)
-
-
-def _wait(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    grace_until: float | None = None
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return TIMEOUT_EXIT
-        if grace_until is None and any(p.returncode not in (None, 0) for p in procs):
-            grace_until = now + ERROR_GRACE_S
-        if grace_until is not None and now >= grace_until:
-            break
-        time.sleep(0.05)
-    codes = [p.poll() for p in procs]
-    return 0 if all(c == 0 for c in codes) else 1
+    if outcome.timed_out:
+        return TIMEOUT_EXIT
+    return 0 if outcome.ok else 1
 
 
 @dataclass
