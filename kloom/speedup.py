@@ -18,6 +18,7 @@ Standard library only: it runs in the evaluator's process and in reports alike.
 from __future__ import annotations
 
 import math
+import operator
 import random
 import statistics
 from dataclasses import dataclass
@@ -52,11 +53,14 @@ def paired_interval(reference: Sequence[Sequence[float]], candidate: Sequence[Se
     if n < 2:
         raise ValueError("an interval needs at least two samples per side")
     rng = random.Random(seed)
+    indices = range(n)
     ratios = []
     for _ in range(_RESAMPLES):
-        picks = [rng.randrange(n) for _ in range(n)]
-        c = max(statistics.median(side[i] for i in picks) for side in candidate)
-        ratios.append(max(statistics.median(side[i] for i in picks) for side in reference) / c if c > 0 else math.inf)
+        # One call each to draw and to gather (a loop of randrange and a comprehension per side
+        # took the judge ~80 ms per evaluation at 500 samples).
+        pick = operator.itemgetter(*rng.choices(indices, k=n))
+        c = max(statistics.median(pick(side)) for side in candidate)
+        ratios.append(max(statistics.median(pick(side)) for side in reference) / c if c > 0 else math.inf)
     ratios.sort()
     tail = (1 - confidence) / 2
     return ratios[int(tail * (_RESAMPLES - 1))], ratios[int(math.ceil((1 - tail) * (_RESAMPLES - 1)))]
