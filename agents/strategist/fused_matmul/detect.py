@@ -163,7 +163,13 @@ def parents_of(root: ast.AST) -> dict[int, ast.AST]:
 
 
 def loads_of(scope: ast.AST, name: str) -> list[ast.Name]:
+    """Every read of ``name`` in ``scope``."""
     return [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+
+
+def stores_of(scope: ast.AST, name: str) -> list[ast.Name]:
+    """Every assignment to ``name`` in ``scope`` (plain names: targets of =, augmented and for)."""
+    return [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
 
 
 def inside(node: ast.AST, stop: ast.AST, parents: dict[int, ast.AST], kinds) -> bool:

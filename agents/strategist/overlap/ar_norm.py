@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 
-from ..fused_matmul.detect import CONDITIONAL, Finder, inside, loads_of, parents_of
+from ..fused_matmul.detect import CONDITIONAL, Finder, inside, loads_of, parents_of, stores_of
 from ..rewrites import apply_rewriter, is_module_call, module_aliases, names_in, statement_blocks
 from .matmul_ar import sum_all_reduce
 
@@ -181,9 +181,6 @@ class _Rewriter:
         self.epilogue(block, i, name, h)
         return True
 
-    def _stores(self, ident: str) -> int:
-        return sum(1 for n in ast.walk(self.func) if isinstance(n, ast.Name) and n.id == ident and isinstance(n.ctx, ast.Store))
-
     def epilogue(self, block: list[ast.stmt], i: int, name: str, h: str) -> None:
         """After the rewrite at ``block[i]``: drop the upcast of ``h`` nothing reads any more, and
         fuse ``W * N.to(h.dtype)`` into the helper (``_kloom_ar_add_rmsnorm_scaled``) where ``N``
@@ -198,7 +195,7 @@ class _Rewriter:
             if single and _is_upcast(stmt.value, h) and not loads_of(self.func, stmt.targets[0].id):
                 del block[j]  # dead: the norm it fed is the helper's now
                 continue
-            if single and isinstance(stmt.value, ast.Name) and stmt.value.id == aliases[-1] and len(loads_of(self.func, aliases[-1])) == 1 and self._stores(stmt.targets[0].id) == 1:
+            if single and isinstance(stmt.value, ast.Name) and stmt.value.id == aliases[-1] and len(loads_of(self.func, aliases[-1])) == 1 and len(stores_of(self.func, stmt.targets[0].id)) == 1:
                 aliases.append(stmt.targets[0].id)
                 alias_at.append(j)
                 j += 1
