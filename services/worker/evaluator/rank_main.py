@@ -5,7 +5,6 @@ that neither imports the other's module from inside a function."""
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from .candidate_rank import CandidateRank
 from .protocol import send_reply
 from .rank import error_payload, serve
 from .reference_rank import ReferenceRank
+from .timing import settle_gc
 
 
 def _exit_with_parent() -> None:
@@ -45,8 +45,7 @@ def main() -> None:
     # Torch's objects set aside from every later collection while this rank waits to be used:
     # the collections it makes before each timing then scan what its evaluation made
     # (``timing.settle_gc``), not the ~300k objects of its imports.
-    gc.collect()
-    gc.freeze()
+    settle_gc()
     # Blocks until the pool accepts (``RankPool.finish``): a rank begun ahead of its use has
     # imported torch by then and has touched neither the device nor the process group.
     conn = Client(address, family="AF_UNIX", authkey=authkey)
