@@ -30,7 +30,7 @@ CANDIDATE = "tests/evaluator/candidates/correct.py"
 
 CHILD = r'''
 import inspect, json, sys, time
-root, device, world, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+root, device, world, n, workload, candidate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 sys.path.insert(0, root)
 from services.worker.evaluator import EvalSettings, Evaluator
 settings = EvalSettings.for_device(device)
@@ -40,10 +40,10 @@ with Evaluator(device, settings) as ev:
     told = "more_after" in inspect.signature(ev.evaluate).parameters
     ahead = lambda left: {"more_after": left} if told else {}
     t0 = time.monotonic()
-    first = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world, **ahead(n))
+    first = ev.evaluate(workload, candidate, world_size=world, **ahead(n))
     out["first_s"] = time.monotonic() - t0
     for i in range(n):
-        r = ev.evaluate(root + "/''' + WORKLOAD + r'''", root + "/''' + CANDIDATE + r'''", world_size=world, **ahead(n - 1 - i))
+        r = ev.evaluate(workload, candidate, world_size=world, **ahead(n - 1 - i))
         out["totals"].append(r.phase_seconds["total"])
         out["statuses"].append(r.status)
         out["speedups"].append(r.speedup)
@@ -70,10 +70,10 @@ def landed_tree(directory: Path, given: str | None = None) -> Path:
     return tree
 
 
-def run(root: Path, device: str, world: int, n: int) -> dict:
+def run(root: Path, device: str, world: int, n: int, workload: Path, candidate: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(root)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(root), device, str(world), str(n)], env=env, cwd=root,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(root), device, str(world), str(n), str(workload), str(candidate)], env=env, cwd=root,
                           capture_output=True, text=True, timeout=1800)
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
     if done.returncode != 0 or not line:
@@ -88,7 +88,11 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--landed", default=None, help="a directory holding the landed tree (default: git archive of LANDED)")
+    parser.add_argument("--workload", default=WORKLOAD, help="the workload both judges time (this tree's file)")
+    parser.add_argument("--candidate", default=CANDIDATE, help="an honest candidate for it (this tree's file)")
     args = parser.parse_args()
+    # Both judges read the same files (this tree's), so they time the same thing.
+    workload, candidate = (ROOT / args.workload).resolve(), (ROOT / args.candidate).resolve()
     with tempfile.TemporaryDirectory(prefix="kloom-judge-cost-") as tmp:
         variants = {f"landed ({LANDED})": landed_tree(Path(tmp), args.landed), "judge v2": ROOT}
         samples: dict[tuple[str, int], list[float]] = {}
@@ -101,7 +105,7 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
                 for name, root in order:
-                    got = run(root, args.device, world, args.candidates)
+                    got = run(root, args.device, world, args.candidates, workload, candidate)
                     samples.setdefault((name, world), []).extend(got["totals"])
                     firsts.setdefault((name, world), []).append(got["first_s"])
                     statuses.setdefault((name, world), set()).update(got["statuses"])
@@ -109,7 +113,7 @@ def main() -> None:
                     phases.setdefault((name, world), []).extend(got.get("phases", []))
                     errors.extend(f"{name}, world size {world}: {e}" for e in got.get("errors", []))
     print(f"Judge cost per candidate on {args.device} ({args.candidates} warm candidates x {args.rounds} rounds per variant, "
-          f"{WORKLOAD} with {CANDIDATE}, EvalSettings.for_device defaults)\n")
+          f"{args.workload} with {args.candidate}, EvalSettings.for_device defaults)\n")
     print("| world size | variant | median s/candidate | p10-p90 s | of which waiting for the candidate's ranks (median s) "
           "| first evaluation s (pool start) | statuses |")
     print("|---|---|---|---|---|---|---|")

@@ -16,7 +16,7 @@ import pstats
 import time
 from collections import defaultdict
 
-from services.worker.evaluator import EvalSettings, Evaluator, interleaved
+from services.worker.evaluator import EvalSettings, Evaluator, interleaved, judge, judge_trials
 from services.worker.evaluator.pool import RankPool
 
 SPENT: dict[str, float] = defaultdict(float)
@@ -38,6 +38,23 @@ def _spy(owner, name: str, label: str) -> None:
             COUNT[label] += 1
 
     setattr(owner, name, timed)
+
+
+def _spy_requests() -> None:
+    """Every pool request by op ("request <op>"): the trials, timing inputs and comparisons."""
+    original = RankPool.request
+
+    @functools.wraps(original)
+    def request(self, op, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(self, op, *args, **kwargs)
+        finally:
+            label = f"request {op} ({self.role})"
+            SPENT[label] += time.perf_counter() - t0
+            COUNT[label] += 1
+
+    RankPool.request = request
 
 
 def _spy_blocks() -> None:
@@ -71,6 +88,13 @@ def main() -> None:
     _spy(RankPool, "resume", "resume")
     _spy(interleaved.Timing, "_handed_outputs", "hand over a round's outputs")
     _spy(interleaved.Timing, "_check", "clock check")
+    _spy(judge_trials.Trials, "_judge_timed", "judge a round's outputs")
+    _spy(judge.JudgePools, "place_for_timing", "place for timing")
+    _spy(judge.JudgePools, "unplace", "unplace")
+    _spy(judge.JudgePools, "stop_spares", "stop spares")
+    _spy(judge.JudgePools, "resume_spares", "resume spares")
+    _spy(judge_trials, "paired_interval", "speedup interval")
+    _spy_requests()
     from services.worker.profiler import nvml
 
     _spy(nvml.NvmlSampler, "sample", "NVML sample between blocks")
