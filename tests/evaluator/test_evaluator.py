@@ -99,14 +99,18 @@ def test_candidate_ranks_are_begun_ahead_and_wait_before_the_device():
 
 
 def test_a_caller_that_says_how_many_candidates_follow_has_their_ranks_begun_ahead_from_the_first():
-    """A job says how many steps it may still take (``more_after``): the second candidate's ranks
-    are begun while the first is judged and admitted when it joins, instead of starting when the
-    first ends (5-6 s a candidate on the H100 machines)."""
+    """A job says how many steps it may still take (``more_after``): the following candidates'
+    ranks (as many as follow, up to ``spare_candidate_pools``) are begun while the first is judged,
+    and the next one's admitted when it joins, instead of starting when the first ends (5-6 s a
+    candidate on the H100 machines; with one spare ahead, every other candidate waited for its ranks
+    on the H200). The admitted ranks are told the reference's outputs, to load the projection's
+    kernel for them as they join (on a GPU)."""
     settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2)
     with Evaluator("cpu", settings) as ev:
-        assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=2).correct
+        assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=3).correct
         pools = ev.pools[1]
-        assert pools.candidate.admitted and len(pools.spares) == 1
+        assert pools.candidate.admitted and len(pools.spares) == 2
+        assert pools.candidate.warm_outputs == [(64 * 48 * 4, "torch.float32")]
         second = tuple(p.pid for p in pools.candidate.procs)
         result = ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=1)
         assert result.correct and second != tuple(p.pid for p in pools.candidate.procs)

@@ -208,6 +208,56 @@ def test_a_block_of_calls_moves_to_the_host_once_and_keeps_its_order():
         assert (block.p[call] == single.p[0]) == (call == 0)  # the signs change with the call
 
 
+def _projected_block(leaves_per_call: list[list], seed: int, calls: int) -> C.Projections:
+    projector = P.Projector(seed, "cpu", TOL, calls=calls)
+    for leaves in leaves_per_call:
+        projector.add(leaves)
+    return projector.finish()
+
+
+@pytest.mark.parametrize("kind", ["float32", "bfloat16", "strided", "complex", "bool", "int", "scalar", "fp8"])
+def test_a_staged_block_has_the_numbers_of_calls_projected_one_by_one(monkeypatch, kind):
+    """Small leaves are copied as each call returns and projected together at the block's end:
+    the same numbers, call by call, as projecting each call as it returns."""
+    g = torch.Generator().manual_seed(3)
+    make = {
+        "float32": lambda: torch.randn(40, 33, generator=g),
+        "bfloat16": lambda: torch.randn(40, 33, generator=g).bfloat16(),
+        "strided": lambda: torch.randn(33, 80, generator=g).t()[::2],
+        "complex": lambda: torch.randn(40, 33, dtype=torch.complex64, generator=g).conj(),
+        "bool": lambda: torch.rand(40, 33, generator=g) > 0.5,
+        "int": lambda: torch.randint(-9, 9, (40, 33), generator=g),
+        "scalar": lambda: torch.randn((), generator=g),
+        "fp8": lambda: torch.randn(40, 33, generator=g).to(torch.float8_e4m3fn),
+    }[kind]
+    calls = [[make(), 7, make()] for _ in range(5)]
+    projector = P.Projector(21, "cpu", TOL, calls=5)
+    projector.add(calls[0])
+    assert sorted(projector._stages) == [0, 2]  # both tensor leaves staged, none projected yet
+    staged = _projected_block(calls, 21, calls=5)
+    monkeypatch.setattr(P, "STAGE_BYTES", 0)  # nothing fits: every leaf projected as its call returns
+    alone = _projected_block(calls, 21, calls=5)
+    for name in ("p", "p2", "bound", "bound2", "total", "total2"):
+        for a, b in zip(getattr(staged, name), getattr(alone, name)):
+            assert a == pytest.approx(b, rel=1e-12, abs=1e-12), name
+    assert staged.p[0] != staged.p[1]  # the signs change with the call
+
+
+def test_leaves_that_do_not_fit_their_stage_are_projected_in_place_and_keep_their_order(monkeypatch):
+    """More calls than the block said, a leaf whose shape or dtype changes, a position past the
+    staging budget: projected as the call returns, in the order the calls came."""
+    g = torch.Generator().manual_seed(4)
+    small, other = torch.randn(30, generator=g), torch.randn(31, generator=g)
+    monkeypatch.setattr(P, "STAGE_BYTES", 2 * 30 * 4)  # one position of two calls
+    calls = [[small, small], [small, other], [other.double(), small], [small, small]]
+    got = _projected_block(calls, 5, calls=2)
+    for call, leaves in enumerate(calls):
+        for position, leaf in enumerate(leaves):
+            r = P.signs(5, position, 0, leaf.numel(), call=call)
+            assert got.p[call][position] == pytest.approx(float(r[0] @ leaf.double()), rel=1e-12, abs=1e-12)
+            assert got.p2[call][position] == pytest.approx(float(r[1] @ (leaf.double() ** 2)), rel=1e-12, abs=1e-12)
+
+
 # The check -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.complex64])
 def test_an_honest_candidate_within_tolerance_passes_across_many_seeds(dtype):

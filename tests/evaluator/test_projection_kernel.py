@@ -50,8 +50,11 @@ def test_the_kernel_hashes_and_sums_as_the_cpu_does_interpreted():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["kernel", "staged"])
 @pytest.mark.parametrize("case", ["contiguous", "strided", "complex", "pieces", "fp8"])
-def test_the_gpu_projection_equals_the_cpus(monkeypatch, case):
+def test_the_gpu_projection_equals_the_cpus(monkeypatch, case, path):
+    """Each GPU path (the Triton kernel per call; leaves staged and projected per block) against
+    the CPU's per-call tensor code."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     from services.worker.evaluator import projection as P
@@ -67,17 +70,24 @@ def test_the_gpu_projection_equals_the_cpus(monkeypatch, case):
     elif case == "fp8":
         x = x.to(torch.float8_e4m3fn)
     table = {torch.float32: (1e-4, 1e-4), torch.complex64: (1e-4, 1e-4), torch.float8_e4m3fn: (0.1, 0.125)}
-    cpu = P.project([x, 3, x[:5]], seed=77, tolerance=table)
-    gpu = P.project([x.cuda(), 3, x[:5].cuda()], seed=77, tolerance=table)
+
+    def block(device: str) -> list:
+        one = P.project([x.to(device), 3, x[:5].to(device)], seed=77, tolerance=table)
+        projector = P.Projector(78, device, table, calls=3)
+        for _ in range(3):
+            projector.add([x.to(device)])
+        return [one, projector.finish()]
+
+    budget = P.STAGE_BYTES
+    monkeypatch.setattr(P, "STAGE_BYTES", 0)  # the CPU: call by call
+    cpu = block("cpu")
+    monkeypatch.setattr(P, "STAGE_BYTES", budget)
+    if path == "kernel":
+        monkeypatch.setattr(P, "KERNEL_MIN_BYTES", 1)
+    gpu = block("cuda")
     for name in ("p", "p2", "bound", "bound2", "total", "total2"):
-        for a, b in zip(getattr(cpu, name), getattr(gpu, name)):
+        for a, b in zip(getattr(cpu[0], name), getattr(gpu[0], name)):
             assert a == pytest.approx(b, rel=1e-10, abs=1e-9), name
-    # A block of calls: each call's signs, alike on both.
-    on = {device: P.Projector(78, device, table) for device in ("cpu", "cuda")}
-    for _ in range(3):
-        on["cpu"].add([x])
-        on["cuda"].add([x.cuda()])
-    cpu, gpu = on["cpu"].finish(), on["cuda"].finish()
-    for call in range(3):
-        assert cpu.p[call] == pytest.approx(gpu.p[call], rel=1e-10) and cpu.p2[call] == pytest.approx(gpu.p2[call], rel=1e-10)
-    assert cpu.p[0] != cpu.p[1]
+    for call in range(3):  # a block of calls: each call's signs, alike on both
+        assert cpu[1].p[call] == pytest.approx(gpu[1].p[call], rel=1e-10) and cpu[1].p2[call] == pytest.approx(gpu[1].p2[call], rel=1e-10)
+    assert cpu[1].p[0] != cpu[1].p[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from services.worker.evaluator import projection_kernel
-from services.worker.evaluator.projection import WARM_DTYPES
+from services.worker.evaluator.projection import KERNEL_MIN_BYTES, kernel_dtypes
 
 PER_CALL = {"n", "low_start", "key"}
 
@@ -45,5 +45,12 @@ def test_the_key_and_start_are_passed_as_int32_of_the_same_bits():
         assert -(1 << 31) <= signed < 1 << 31 and signed & 0xFFFFFFFF == value
 
 
-def test_warm_covers_the_float_dtypes_outputs_come_in():
-    assert {torch.float32, torch.bfloat16, torch.float16} <= set(WARM_DTYPES)
+def test_the_kernel_is_compiled_for_the_dtypes_of_the_outputs_that_will_use_it():
+    """Before timing, for each dtype of an output leaf big enough for the kernel (complex ones
+    read as their real parts); none for small outputs (staged and projected by tensor operations,
+    so a new candidate process does not load the kernel at all: 0.5 s on an H200)."""
+    big = KERNEL_MIN_BYTES
+    assert kernel_dtypes([(big, "torch.float32"), (big, "torch.bfloat16"), (big - 1, "torch.float16")]) == {torch.float32, torch.bfloat16}
+    assert kernel_dtypes([(4 * big, "torch.complex64"), (big, "torch.bool")]) == {torch.float32, torch.bool}
+    assert kernel_dtypes([(1024, "torch.float32")]) == set()
+    assert kernel_dtypes([]) == set()

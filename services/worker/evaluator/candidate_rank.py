@@ -140,8 +140,9 @@ class CandidateRank(RankBase):
         del out, leaves, at_return, inputs
         return reply
 
-    def cmd_timing_inputs(self, inputs: list | None, restore: list[int], seed: int = 0) -> dict:
-        self.prepare_timed(self.cand, self._inputs(inputs, seed), restore, draw=lambda block: self._inputs(None, block))
+    def cmd_timing_inputs(self, inputs: list | None, restore: list[int], seed: int = 0, outputs: list | None = None) -> dict:
+        self.prepare_timed(self.cand, self._inputs(inputs, seed), restore, draw=lambda block: self._inputs(None, block),
+                           outputs=outputs)
         return {}
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:

@@ -107,7 +107,7 @@ class Evaluator:
             info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
                 pools = self._start_pools(world_size, workload_sha=info.sha256)
-                pools.begin_spares(min(1, more_after))  # the next candidate's ranks (see renew_candidate)
+                pools.begin_spares(more_after)  # the next candidates' ranks (see renew_candidate)
             result.environment = dict(pools.environment)
             ran = True
             self._run(pools, info, source, level, result)
@@ -256,9 +256,9 @@ class Evaluator:
                 pools.begin_candidate()
             return pools
 
-    def candidate_ready(self, pools: JudgePools) -> None:
+    def candidate_ready(self, pools: JudgePools, outputs: list | None = None) -> None:
         with self._starting(pools.world_size):
-            pools.ready_candidate()
+            pools.ready_candidate(outputs)
 
     @contextmanager
     def _starting(self, world_size: int):

@@ -110,10 +110,14 @@ class JudgePools:
         if not self.candidate.alive and not self.candidate.starting:
             self.candidate.begin()
 
-    def ready_candidate(self) -> None:
+    def ready_candidate(self, outputs: list | None = None) -> None:
         """The candidate's ranks joined; the next candidate's, if begun ahead, are admitted (they
         initialise the device and form their process group meanwhile, stopped while a block is
-        timed)."""
+        timed). ``outputs``: (bytes, dtype name) of the reference's output leaves, which the
+        ranks load the projection's kernel for as they join (``RankPool.warm_outputs``)."""
+        for pool in (self.candidate, *list(self.spares)[:1]):
+            if not pool.admitted:
+                pool.warm_outputs = list(outputs or [])
         _ready(self.candidate)
         if self.spares:
             self.spares[0].admit()
@@ -124,10 +128,12 @@ class JudgePools:
         harness) for the next one. The next ranks are a spare begun earlier where there is one,
         else they start now; either way they join by the next ``start``. Spares are then begun
         up to ``EvalSettings.spare_candidate_pools``: one more for each candidate judged (an
-        evaluator that judges one candidate starts no ranks it will not use), or one where the
-        caller said more will follow the next candidate (``more_after`` counts those after the
-        one just judged; a job's steps left, an upper bound: one spare ahead is ready in time,
-        since a judgement takes longer than a start)."""
+        evaluator that judges one candidate starts no ranks it will not use), or as many as the
+        caller said will follow the next candidate (``more_after`` counts those after the one
+        just judged; a job's steps left, an upper bound). A spare needs several judgements'
+        lead: a start (importing torch, ~4-5 s on the H200 machines) takes longer than judging a
+        small candidate (1.5-4 s), and with one spare ahead a job's candidates waited for their
+        ranks in every other evaluation (benchmarks/results/judge_cost_cuda.md)."""
         self.candidate.kill()
         self.renewals += 1
         while self.spares and not self.spares[0].starting:  # one that failed to launch
@@ -137,7 +143,7 @@ class JudgePools:
         else:
             self.candidate = self._new_candidate()
             self._begin(self.candidate)
-        self.begin_spares(max(self.renewals - 1, min(1, more_after - 1)))
+        self.begin_spares(max(self.renewals - 1, more_after - 1))
 
     def begin_spares(self, wanted: int) -> None:
         """Begin candidate ranks ahead until ``wanted`` spares (at most

@@ -35,6 +35,7 @@ class Trials:
         self.peaks = {"reference": 0, "candidate": 0}
         self.peaks_by_command: dict[str, int] = {}
         self.output_bytes = 0
+        self.outputs: list = []  # (bytes, dtype name) of the reference's output leaves
 
     # The protocol ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -58,8 +59,12 @@ class Trials:
             self.norm_check = "float32" not in {k.replace("torch.", "") for k in workload_tol} and not any(
                 replies_value(first, "low_precision_inputs", False))
             cand_share = self._candidate_share(first)
+            # The output leaves of the reference's first trial (bytes, dtype): which the
+            # projection's GPU kernel will read, loaded for them before timing.
+            self.outputs = sorted({(size, dtype) for rep in first.by_rank.values()
+                                   for size, dtype in zip(rep.get("output_sizes", []), rep.get("output_dtypes", []))})
             with ev._phase(result, "start_candidate"):
-                ev.candidate_ready(self.pools)
+                ev.candidate_ready(self.pools, self.outputs)
             with ev._phase(result, "load"):
                 path = self._write_candidate()
                 per_rank = {r: {"init_args": load.by_rank[r]["init_args"]} for r in range(self.world)}
@@ -154,10 +159,12 @@ class Trials:
 
     def _time(self, seed: int, first: Replies):
         restore = self.ev._restore([first])
-        tin = self.ref.request("timing_inputs", {"seed": seed, "restore": restore}, timeout=self.ev._limit(self.hang_s))
+        outputs = self.outputs
+        tin = self.ref.request("timing_inputs", {"seed": seed, "restore": restore, "outputs": outputs}, timeout=self.ev._limit(self.hang_s))
         self.ev._raise_errors(tin, "time", "workload_error")
         per_rank = {r: {"inputs": rep["inputs"], "seed": rep["seed"]} for r, rep in tin.by_rank.items()}
-        ready = self.cand.request("timing_inputs", {"restore": restore}, per_rank=per_rank, timeout=self.ev._limit(self.hang_s))
+        ready = self.cand.request("timing_inputs", {"restore": restore, "outputs": outputs}, per_rank=per_rank,
+                                  timeout=self.ev._limit(self.hang_s))
         self._check_candidate(ready, "time", "runtime_error")
         with self._gpu_sampler() as sampler:
             draw_s = max(float(x) for x in replies_value(tin, "draw_s", 0.0))

@@ -66,6 +66,10 @@ class RankPool:
         # sandbox sets itself up while the caller goes on (~0.09 s of every spare's begin).
         self._report: tuple[int, int, int] | None = None
         self._accepted: list[Connection] = []
+        #: (bytes, dtype name) of the outputs the ranks will project, sent as they are admitted: a
+        #: GPU rank loads the projection's kernel for them before it says it joined (``rank_main``),
+        #: so that a spare admitted during one evaluation has it for the next (0.5 s in a new process).
+        self.warm_outputs: list = []
 
     # Life cycle -------------------------------------------------------------------------------
     @property
@@ -170,11 +174,14 @@ class RankPool:
         if self._listener is None or self._admitting is not None:
             return
         listener, accepted = self._listener, self._accepted
+        admission = {"op": "admitted", "args": {"warm_outputs": [list(x) for x in self.warm_outputs]}}
 
         def accept_all() -> None:
             for _ in range(self.world_size):
                 try:
-                    accepted.append(listener.accept())
+                    conn = listener.accept()
+                    send_command(conn, admission)
+                    accepted.append(conn)
                 except (OSError, EOFError):
                     return
                 except Exception:  # a client that failed authentication

@@ -29,10 +29,16 @@ collective's traffic). What no projection closes: an operation whose outputs are
 of few values (a broadcast, an elementwise map) can be fused with its projections, saving the
 outputs' write (``docs/reliability.md``).
 
-Elements are read in chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so
-no buffer of the outputs' full size is made (on a GPU one Triton kernel per piece hashes the
-indices in registers instead: ``projection_kernel.py``); complex leaves are read as their real view, bool
-and integer leaves as float64 (their tolerance is 0: exact). Non-tensor leaves are skipped.
+Small leaves (under ``KERNEL_MIN_BYTES``) are copied as their call returns and a block's calls
+projected together at its end (``_Stage``): a dozen tensor operations per call cost the judge
+~0.2 ms a call, most of an honest small call's time outside its clock, and on a GPU the kernel's
+first use costs 0.5 s in each new candidate process. The copy and the projection both happen
+after the call, outside the side's clock and inside the judge's, as before. Elements are read in
+chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so no buffer of the
+outputs' full size is made (on a GPU, leaves from ``KERNEL_MIN_BYTES`` up go through one Triton
+kernel per piece, which hashes the indices in registers: ``projection_kernel.py``); complex leaves
+are read as their real view, bool and integer leaves as float64 (their tolerance is 0: exact).
+Non-tensor leaves are skipped.
 """
 
 from __future__ import annotations
@@ -51,6 +57,15 @@ CHUNK = 1 << 20
 #: of a strided one (the only scratch there, besides six float64 per 4096 elements).
 GPU_PIECE = 1 << 26
 GPU_COPY = 1 << 22
+#: Leaves smaller than this are staged and projected once per block (``Projector``), while a
+#: block's staging stays within ``STAGE_BYTES``; on a GPU, leaves from this size up are projected
+#: by the Triton kernel as their call returns.
+KERNEL_MIN_BYTES = 1 << 20
+STAGE_BYTES = 8 << 20
+#: On a GPU, elements the tensor operations read at once (staged blocks, small leaves past the
+#: staging budget): their float64 and int64 temporaries, ~2 MiB each, stay near 20 MiB in all
+#: beside the staging (the device's memory is what the evaluator's peak measures).
+GPU_CHUNK = 1 << 18
 #: The tolerance of a floating dtype missing from the table (``compare.compare_leaf``'s).
 FALLBACK_TOLERANCE = (1e-5, 1.3e-6)
 #: A leaf's numbers, in this order: p, p2, s1, s2, s3, s4.
@@ -156,22 +171,80 @@ def leaf_tolerance(t: torch.Tensor, table: dict[torch.dtype, tuple[float, float]
     return float(atol), float(rtol)
 
 
+class _Stage:
+    """One output position's leaves of a block, copied as each call returns and projected
+    together at the block's end: a few tensor operations over every call's elements instead of a
+    kernel launch (or a dozen operations) per call. Rows hold each leaf's real view, flat, in
+    row-major order; ``calls`` the call each row came from."""
+
+    def __init__(self, like: torch.Tensor, capacity: int, device: torch.device):
+        self.dtype, self.numel = like.dtype, like.numel()
+        self.rows = torch.empty(capacity, self.numel, dtype=like.dtype, device=device)
+        self.calls: list[int] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.numel() * self.rows.element_size()
+
+    def take(self, real: torch.Tensor, call: int) -> bool:
+        """Copy ``real`` in as the next row (False, and nothing copied, where it does not fit)."""
+        if real.dtype != self.dtype or real.numel() != self.numel or len(self.calls) == self.rows.shape[0]:
+            return False
+        self.rows[len(self.calls)].view(real.shape).copy_(real)
+        self.calls.append(call)
+        return True
+
+    def numbers(self, seed: int, position: int, chunk: int) -> torch.Tensor:
+        """(calls, SUMS) float64: ``Projector.leaf``'s numbers for every row, each with its call's
+        signs, read in pieces of about ``chunk`` elements."""
+        out, n = [], self.numel
+        step = max(1, chunk // max(1, n))
+        index = torch.arange(n, dtype=torch.int64, device=self.rows.device)
+        for first in range(0, len(self.calls), step):
+            calls = self.calls[first:first + step]
+            keys = torch.tensor([_key(seed, position, 0, c) for c in calls], dtype=torch.int64, device=self.rows.device)
+            w = self.rows[first:first + len(calls)].to(torch.float64)
+            h = index.unsqueeze(0) ^ keys.unsqueeze(1)  # the indices' hashes (n < 2**32: their upper bits are 0)
+            _mix(h, torch.empty_like(h)).bitwise_right_shift_(30)
+            r = 1.0 - 2.0 * torch.bitwise_right_shift(h, 1).to(torch.float64)
+            r2 = 1.0 - 2.0 * h.bitwise_and_(1).to(torch.float64)
+            a, w2 = w.abs(), w * w
+            out.append(torch.stack([(r * w).sum(1), (r2 * w2).sum(1), a.sum(1), w2.sum(1), (a * w2).sum(1), (w2 * w2).sum(1)], 1))
+        return torch.cat(out) if out else torch.zeros(0, SUMS, dtype=torch.float64, device=self.rows.device)
+
+
+def _real_view(t: torch.Tensor) -> torch.Tensor:
+    """A leaf's real elements: a complex one as its real view (element ``k`` is ``2k`` and ``2k + 1``)."""
+    t = t.detach()
+    return torch.view_as_real(t.resolve_conj().resolve_neg()) if t.is_complex() else t
+
+
 class Projector:
     """The projections of one block's timed calls: ``add`` after each call (device work only),
-    ``finish`` once (one copy to the host). The signs change with each call (its index in the
-    block), so nothing a candidate builds from them serves a second call."""
+    ``finish`` once (one copy to the host per staged position, one for the rest). The signs change
+    with each call (its index in the block), so nothing a candidate builds from them serves a
+    second call.
+
+    A leaf under ``KERNEL_MIN_BYTES`` is staged (``_Stage``: copied, and projected with the
+    block's other calls at ``finish``) while the block's staging stays within ``STAGE_BYTES``
+    for its ``calls``; other leaves are projected as their call returns (on a GPU, from
+    ``KERNEL_MIN_BYTES`` up, by ``projection_kernel``). Either way the numbers are the same sums."""
 
     def __init__(self, seed: int, device: torch.device | str, tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
-                 chunk: int = CHUNK):
+                 chunk: int = CHUNK, calls: int = 1):
         self.seed, self.device, self.tolerance = int(seed), torch.device(device), tolerance
-        self.chunk = max(1, int(chunk))
-        self._calls: list[torch.Tensor] = []  # per call: (leaves, SUMS) float64 on the device
+        self.chunk = max(1, min(int(chunk), GPU_CHUNK) if self.device.type == "cuda" else int(chunk))
+        self.capacity = max(1, int(calls))
+        # per call, per tensor leaf: its numbers (a float64 (SUMS,) tensor) or the position it was staged under
+        self._calls: list[list[torch.Tensor | int]] = []
         self._shapes: list[list[LeafShape]] = []
+        self._stages: dict[int, _Stage] = {}
+        self._staged_bytes = 0
 
     def leaf(self, position: int, t: torch.Tensor, call: int = 0) -> torch.Tensor:
         """(p, p2, s1, s2, s3, s4) of one tensor leaf in call ``call``, float64 on its device."""
         t = t.detach()
-        if t.is_cuda and self.device.type == "cuda":
+        if t.is_cuda and self.device.type == "cuda" and _real_view(t).numel() * t.element_size() >= KERNEL_MIN_BYTES:
             return self._leaf_on_gpu(position, t, call)
         parts = []
         for start, x in _real_chunks(t, self.chunk, self.device):
@@ -186,8 +259,7 @@ class Projector:
         no sign or float64 buffers (a contiguous leaf is read in place)."""
         from .projection_kernel import project_piece  # optional: triton (CPU installs may lack it); projection_kernel imports this module too
 
-        if t.is_complex():
-            t = torch.view_as_real(t.resolve_conj().resolve_neg())
+        t = _real_view(t)
         parts = []
         for start, piece in _chunks(t, GPU_PIECE if t.is_contiguous() else GPU_COPY):
             for done, size, first in _spans(start, piece.numel()):
@@ -195,33 +267,49 @@ class Projector:
                 parts.append(project_piece(piece[done:done + size], first & _MASK, key))
         return _total(parts, t.device)
 
+    def _stage(self, position: int, leaf: torch.Tensor, call: int) -> bool:
+        """Stage ``leaf`` (True) where it is small and its position's staging fits the budget."""
+        real = _real_view(leaf)
+        stage = self._stages.get(position)
+        if stage is None:
+            if real.numel() * real.element_size() >= KERNEL_MIN_BYTES:
+                return False
+            stage = _Stage(real, self.capacity, self.device)
+            if self._staged_bytes + stage.nbytes > STAGE_BYTES:
+                return False
+            self._stages[position] = stage
+            self._staged_bytes += stage.nbytes
+        return stage.take(real, call)
+
     def add(self, leaves: list[Any]) -> None:
         """One call's flattened outputs."""
         call = len(self._calls)
-        rows, shapes = [], []
+        rows: list[torch.Tensor | int] = []
+        shapes = []
         for position, leaf in enumerate(leaves):
             if not isinstance(leaf, torch.Tensor):
                 continue
-            rows.append(self.leaf(position, leaf, call))
+            rows.append(position if self._stage(position, leaf, call) else self.leaf(position, leaf, call))
             shapes.append(LeafShape(leaf.numel(), leaf.is_complex(), *leaf_tolerance(leaf, self.tolerance)))
-        self._calls.append(torch.stack(rows) if rows else torch.zeros(0, SUMS, dtype=torch.float64, device=self.device))
+        self._calls.append(rows)
         self._shapes.append(shapes)
 
     def finish(self) -> Projections:
-        """Every call's numbers, moved to the host at once."""
-        flat = torch.cat([c.reshape(-1) for c in self._calls]).cpu().tolist() if self._calls else []
+        """Every call's numbers, moved to the host."""
+        staged = {position: (stage.numbers(self.seed, position, self.chunk).cpu().tolist(), {c: i for i, c in enumerate(stage.calls)})
+                  for position, stage in self._stages.items()}
+        alone = [row for rows in self._calls for row in rows if not isinstance(row, int)]
+        alone_numbers = iter(torch.stack(alone).cpu().tolist() if alone else [])
         tables: dict[str, list[list[float]]] = {name: [] for name in ("p", "p2", "bound", "bound2", "total", "total2")}
-        at = 0
-        for shapes in self._shapes:
-            rows = [flat[at + SUMS * i:at + SUMS * (i + 1)] for i in range(len(shapes))]
-            at += SUMS * len(shapes)
-            tables["p"].append([row[0] for row in rows])
-            tables["p2"].append([row[1] for row in rows])
-            tables["total"].append([row[2] for row in rows])
-            tables["total2"].append([row[3] for row in rows])
-            tables["bound"].append([shape.bound(*row[2:4]) for shape, row in zip(shapes, rows)])
-            tables["bound2"].append([shape.square_bound(*row[2:6]) for shape, row in zip(shapes, rows)])
-        self._calls, self._shapes = [], []
+        for call, (rows, shapes) in enumerate(zip(self._calls, self._shapes)):
+            numbers = [staged[row][0][staged[row][1][call]] if isinstance(row, int) else next(alone_numbers) for row in rows]
+            tables["p"].append([row[0] for row in numbers])
+            tables["p2"].append([row[1] for row in numbers])
+            tables["total"].append([row[2] for row in numbers])
+            tables["total2"].append([row[3] for row in numbers])
+            tables["bound"].append([shape.bound(*row[2:4]) for shape, row in zip(shapes, numbers)])
+            tables["bound2"].append([shape.square_bound(*row[2:6]) for shape, row in zip(shapes, numbers)])
+        self._calls, self._shapes, self._stages, self._staged_bytes = [], [], {}, 0
         return Projections(**tables)
 
 
@@ -234,12 +322,24 @@ def project(leaves: list[Any], seed: int, tolerance: dict[torch.dtype, tuple[flo
     return projector.finish()
 
 
-#: The dtypes whose GPU projection is compiled before anything is timed (others compile on first use).
-WARM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+def kernel_dtypes(outputs: list[tuple[int, str]]) -> set[torch.dtype]:
+    """The dtypes the GPU kernel will read for ``outputs`` (bytes, dtype name: a trial's tensor
+    leaves): those of leaves of at least ``KERNEL_MIN_BYTES``, complex ones as their real parts."""
+    found = set()
+    for size, name in outputs:
+        dtype = getattr(torch, str(name).removeprefix("torch."), None)
+        if int(size) >= KERNEL_MIN_BYTES and isinstance(dtype, torch.dtype):
+            found.add(dtype.to_real() if dtype.is_complex else dtype)
+    return found
 
 
-def warm(device: torch.device) -> None:
-    """Compile the GPU projection before anything is timed (its first call for a dtype compiles
-    the kernel for it)."""
-    if device.type == "cuda":
-        project([torch.zeros(8, device=device, dtype=dtype) for dtype in WARM_DTYPES], seed=1)
+def warm(device: torch.device, outputs: list[tuple[int, str]]) -> None:
+    """Compile the GPU projection kernel before anything is timed, for the dtypes ``outputs``
+    will use it for (``kernel_dtypes``; its first call for a dtype compiles or loads it: 0.5 s for
+    three dtypes in a new process on an H200). Smaller outputs never reach it."""
+    dtypes = kernel_dtypes(outputs) if device.type == "cuda" else set()
+    if dtypes:
+        from .projection_kernel import project_piece  # optional: triton
+
+        for dtype in dtypes:
+            project_piece(torch.zeros(8, device=device, dtype=dtype), 0, 1)

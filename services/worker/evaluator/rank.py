@@ -201,11 +201,14 @@ class RankBase:
             self.timers[flush_bytes] = Timer(self.device, flush_bytes)
         return self.timers[flush_bytes]
 
-    def prepare_timed(self, model, inputs: list, restore: list[int], draw: Callable[[int], list] | None = None) -> None:
+    def prepare_timed(self, model, inputs: list, restore: list[int], draw: Callable[[int], list] | None = None,
+                      outputs: list | None = None) -> None:
         """What timed calls run: ``model`` on ``inputs`` (restored before each call where the call
-        mutates them), or, where a block gives a seed, on inputs ``draw`` makes afresh for every call."""
+        mutates them), or, where a block gives a seed, on inputs ``draw`` makes afresh for every call.
+        ``outputs``: (bytes, dtype name) of the reference's output leaves (which the projection's
+        kernel will read)."""
         pristine = {i: inputs[i].clone() for i in restore if isinstance(inputs[i], torch.Tensor)}
-        warm(self.device)  # the projection's kernel compiled here, not in the first timed block
+        warm(self.device, outputs or [])  # the projection's kernel compiled here, not in the first timed block
         settle_gc()  # a collection during timing scans only what timing makes
 
         def restore_inputs() -> None:
@@ -238,7 +241,7 @@ class RankBase:
         projector = None
         if projection_seed is not None:
             table = tolerance_from_names(tolerance) if tolerance is not None else None
-            projector = Projector(int(projection_seed), self.device, table)
+            projector = Projector(int(projection_seed), self.device, table, calls=int(iters))
         if keep:
             self.keep_outputs(None, "")
         probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None

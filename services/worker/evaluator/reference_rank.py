@@ -161,6 +161,7 @@ class ReferenceRank(RankBase):
             "inputs": sent, "seed": seed, "mutated": mutated, "spec": spec, "call_s": call_s, "roofline": roofline,
             "output_bytes": tensor_bytes(outputs) + sum(T.nbytes(list(self.kept["mutated"].values()))),
             "own_bytes": held + tensor_bytes(outputs), "output_sizes": T.nbytes(outputs),
+            "output_dtypes": [str(x.dtype) for x in outputs if isinstance(x, torch.Tensor)],
             "low_precision_inputs": any(d in _LOW_PRECISION or d.itemsize == 1 for d in floating),
         }
 
@@ -189,13 +190,13 @@ class ReferenceRank(RankBase):
             del got, got_mutated
         return {"check": {"totals": totals, "problems": problems}}
 
-    def cmd_timing_inputs(self, seed: int, restore: list[int]) -> dict:
+    def cmd_timing_inputs(self, seed: int, restore: list[int], outputs: list | None = None) -> dict:
         started = time.perf_counter()
         inputs = self._inputs(seed)
         self.sync()
         draw_s = time.perf_counter() - started
         sent = _sendable(inputs)
-        self.prepare_timed(self.ref, inputs, restore, draw=self._inputs)
+        self.prepare_timed(self.ref, inputs, restore, draw=self._inputs, outputs=outputs)
         return {"inputs": sent, "seed": seed, "draw_s": draw_s}
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:

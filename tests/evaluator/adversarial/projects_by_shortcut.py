@@ -7,7 +7,8 @@ float64 (the collective on the outputs is never made). Against the judge that ch
 projection alone its every call passed, at a speedup of about the block's length. Caught: the
 quadratic projection ``sum_j r'_j y_j^2`` of the zeros is 0, and it has no such shortcut
 (``projection.py``): ``incorrect``, *computes only some of the timed calls*, naming the quadratic
-projection."""
+projection. (The outputs are small: the projector stages them and projects a block's calls at its
+end, ``_Stage.numbers``, which is what is patched.)"""
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -15,12 +16,14 @@ import torch.nn as nn
 _modules = getattr(torch, "sys").modules
 _rank = _modules["services.worker.evaluator.rank"]
 _projection = _modules["services.worker.evaluator.projection"]
-_honest_leaf = _projection.Projector.leaf
-_seen = {"inputs": None, "weight": None, "zeros": None}
+_honest_numbers = _projection._Stage.numbers
+_seen = {"inputs": [], "weight": None, "zeros": None}
 
 
 def _call(self):
-    _seen["inputs"], _seen["weight"] = self.inputs, self.model.weight
+    _seen["weight"] = self.model.weight
+    if getattr(self, "hold", False):  # a projected call: its inputs, for the shortcut at the block's end
+        _seen["inputs"].append(self.inputs)
     if self.keep:
         with torch.no_grad():
             out = self.model(*self.inputs)
@@ -33,19 +36,23 @@ def _call(self):
     self.kept = out if self.keep else None
 
 
-def _leaf(self, position, t, call=0):
-    row = _honest_leaf(self, position, t, call)  # the zeros' numbers; only p is replaced
-    x, weight = _seen["inputs"][0].double(), _seen["weight"].detach().double()
-    r = _projection.signs(self.seed, position, 0, t.numel(), t.device, call)[0].view(t.shape)
-    share = (x * (r @ weight.t())).sum().reshape(1)
+def _numbers(self, seed, position, chunk):
+    rows = _honest_numbers(self, seed, position, chunk).clone()  # the zeros' numbers; only p is replaced
+    weight = _seen["weight"].detach().double()
+    inputs, _seen["inputs"] = _seen["inputs"][-len(self.calls):], []
+    shares = []
+    for call, got in zip(self.calls, inputs):
+        x = got[0].double()
+        r = _projection.signs(seed, position, 0, self.numel, x.device, call)[0].view(x.shape[0], weight.shape[1])
+        shares.append((x * (r @ weight.t())).sum())
+    share = torch.stack(shares)
     dist.all_reduce(share)
-    row = row.clone()
-    row[0] = share[0]
-    return row
+    rows[:, 0] = share
+    return rows
 
 
 _rank.TimedCall.__call__ = _call
-_projection.Projector.leaf = _leaf
+_projection._Stage.numbers = _numbers
 
 
 class ModelNew(nn.Module):
