@@ -113,3 +113,26 @@ def test_a_lone_normalisation_is_offered_to_inductor_and_a_lone_pointwise_op_is_
     assert "torch_compile" in [o.strategy for o in options_for(norm)]
     relu = _analysis(Relu(), [torch.randn(N)], 1.0, device="cpu")
     assert "torch_compile" not in [o.strategy for o in options_for(relu)]
+
+
+class Pool(torch.nn.Module):
+    def __init__(self, pool: torch.nn.Module):
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (torch.nn.MaxPool1d(8, stride=1, padding=4, dilation=3), (4, 8, 128)),
+    (torch.nn.AvgPool2d(3, stride=1, padding=1), (2, 4, 16, 16)),
+    (torch.nn.MaxPool3d(3, stride=2), (1, 2, 8, 8, 8)),
+])  # fmt: skip
+def test_a_lone_pooling_is_offered_to_inductor(pool, shape):
+    """Pooling is a reduction over each window, which inductor lowers to its own kernel
+    (KernelBench's dilated 1-D max pooling: 10.9 ms eager, 2.8 ms compiled on an H200, where the
+    offline strategist offered only the reference)."""
+    a = _analysis(Pool(pool), [torch.randn(*shape)], 1.0, device="cpu")
+    assert any("pool" in op for op in a.ops), a.ops
+    assert "torch_compile" in [o.strategy for o in options_for(a)]

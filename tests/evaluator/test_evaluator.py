@@ -105,7 +105,8 @@ def test_a_caller_that_says_how_many_candidates_follow_has_their_ranks_begun_ahe
     candidate on the H100 machines; with one spare ahead, every other candidate waited for its ranks
     on the H200). The admitted ranks are told the reference's outputs, to load the projection's
     kernel for them as they join (on a GPU)."""
-    settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2)
+    settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2,
+                                       spares_for_announced=2)
     with Evaluator("cpu", settings) as ev:
         assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=3).correct
         pools = ev.pools[1]
@@ -277,3 +278,38 @@ def test_a_deadline_bounds_the_whole_evaluation(evaluator):
 def test_a_spent_deadline_stops_before_asking_the_ranks(evaluator):
     result = evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2, deadline_s=0.0)
     assert result.status == "timeout" and "deadline" in result.error.message
+
+
+def test_large_trial_inputs_are_drawn_by_the_candidates_ranks_and_checked(monkeypatch, tmp_path):
+    """Inputs of ``send_inputs_below_bytes`` or more stay where they were drawn: the candidate's
+    ranks draw them from the trial's seed (as timed blocks do) and check them against the
+    reference's fingerprints, so honest candidates pass and cheats are still caught on them. A
+    workload whose draws are not reproducible is a ``workload_error`` that says so (before, it
+    went through trials on sent inputs and failed in timing, where both sides draw, as an
+    ``incorrect`` candidate), whether its inputs are sent or not."""
+    from services.worker.evaluator.pool import RankPool
+
+    sent: list = []
+    request = RankPool.request
+
+    def spy(self, op, args=None, **kwargs):
+        if op == "trial":
+            sent.extend(per["inputs"] for per in (kwargs.get("per_rank") or {}).values())
+        return request(self, op, args, **kwargs)
+
+    monkeypatch.setattr(RankPool, "request", spy)
+    settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.1, min_iters=3, send_inputs_below_bytes=0)
+    irreproducible = tmp_path / "irreproducible.py"
+    irreproducible.write_text(LINEAR.read_text().replace(
+        "return [torch.randn(64, 32)]",
+        "return [torch.randn(64, 32, generator=torch.Generator().manual_seed(int.from_bytes(__import__('os').urandom(4), 'little')))]"))
+    with Evaluator("cpu", settings) as ev:
+        good = ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2)
+        assert good.correct, good.summary()
+        assert sent and all(inputs is None for inputs in sent)
+        assert ev.evaluate(LINEAR, HERE / "adversarial" / "returns_zeros.py", world_size=2).status == "incorrect"
+        bad = ev.evaluate(irreproducible, CANDIDATES / "correct.py", world_size=2)
+    assert bad.status == "workload_error" and "not reproducible" in bad.error.message, bad.summary()
+    with Evaluator("cpu", EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.1, min_iters=3)) as ev:
+        bad = ev.evaluate(irreproducible, CANDIDATES / "correct.py", world_size=2)
+    assert bad.status == "workload_error" and "not reproducible" in bad.error.message, bad.summary()

@@ -25,7 +25,7 @@ from kloom.workload import SHAPES_ENV, import_file, module_name_for
 from . import integrity, precision
 from . import tensors as T
 from .groups import reused_groups
-from .rank import RankBase, model_bytes, seed_everything, seed_for, tensor_bytes
+from .rank import RankBase, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -111,8 +111,21 @@ class CandidateRank(RankBase):
         with torch.device(self.device), reused_groups():
             return list(T.to_device(list(self._workload().get_inputs()), self.device))
 
-    def cmd_trial(self, inputs: list | None, mutated: list[int], output_sizes: list[int], seed: int = 0) -> dict:
+    def cmd_trial(self, inputs: list | None, mutated: list[int], output_sizes: list[int], seed: int = 0,
+                  input_fingerprints: list | None = None, check_draw: bool = False) -> dict:
+        """The candidate on the trial's inputs: those sent, or (large ones, and values that do not
+        travel) drawn here from the trial's seed and checked against the reference rank's
+        ``input_fingerprints``. With ``check_draw`` (the first trial), inputs that were sent are
+        drawn here too and checked likewise: timed blocks draw on both sides."""
         self.timed, self.block_kept = None, None  # what timing left: a trial after it needs none of it
+        if input_fingerprints is not None and (inputs is None or check_draw):
+            drawn = self._inputs(None, seed)
+            if T.plain_fingerprints(T.fingerprints(drawn)) != input_fingerprints:
+                raise WorkloadProblem("the workload's get_inputs() drew other inputs in the candidate's process than in the "
+                                      f"reference's from the same seed ({seed}): it is not reproducible from torch's, "
+                                      "Python's and NumPy's seeds, which the judge relies on to give both sides the same inputs")
+            inputs = drawn if inputs is None else inputs
+            del drawn
         inputs = self._inputs(inputs, seed)
         held = model_bytes(self.cand) + tensor_bytes(inputs)
         self.account(held, "the candidate with its inputs")

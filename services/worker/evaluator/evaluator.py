@@ -107,7 +107,8 @@ class Evaluator:
             info, source, level = self._static(workload, candidate, candidate_source, world_size, result)
             with self._phase(result, "start"):
                 pools = self._start_pools(world_size, workload_sha=info.sha256)
-                pools.begin_spares(more_after)  # the next candidates' ranks (see renew_candidate)
+                # the next candidates' ranks (see renew_candidate)
+                pools.begin_spares(min(self.settings.spares_for_announced, more_after))
             result.environment = dict(pools.environment)
             ran = True
             self._run(pools, info, source, level, result)

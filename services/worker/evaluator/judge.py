@@ -128,12 +128,14 @@ class JudgePools:
         harness) for the next one. The next ranks are a spare begun earlier where there is one,
         else they start now; either way they join by the next ``start``. Spares are then begun
         up to ``EvalSettings.spare_candidate_pools``: one more for each candidate judged (an
-        evaluator that judges one candidate starts no ranks it will not use), or as many as the
-        caller said will follow the next candidate (``more_after`` counts those after the one
-        just judged; a job's steps left, an upper bound). A spare needs several judgements'
-        lead: a start (importing torch, ~4-5 s on the H200 machines) takes longer than judging a
-        small candidate (1.5-4 s), and with one spare ahead a job's candidates waited for their
-        ranks in every other evaluation (benchmarks/results/judge_cost_cuda.md)."""
+        evaluator that judges one candidate starts no ranks it will not use), or for the
+        candidates the caller said will follow the next one (``more_after`` counts those after
+        the one just judged; a job's steps left, an upper bound), up to
+        ``EvalSettings.spares_for_announced``. On a GPU machine that is all of them: a spare needs
+        several judgements' lead, as a start (importing torch, ~4-5 s on the H200 machines) takes
+        longer than judging a small candidate (1.5-4 s), and with one spare ahead a job's
+        candidates waited for their ranks in every other evaluation
+        (benchmarks/results/judge_cost_cuda.md)."""
         self.candidate.kill()
         self.renewals += 1
         while self.spares and not self.spares[0].starting:  # one that failed to launch
@@ -143,7 +145,7 @@ class JudgePools:
         else:
             self.candidate = self._new_candidate()
             self._begin(self.candidate)
-        self.begin_spares(max(self.renewals - 1, more_after - 1))
+        self.begin_spares(max(self.renewals - 1, min(self.reference.settings.spares_for_announced, more_after - 1)))
 
     def begin_spares(self, wanted: int) -> None:
         """Begin candidate ranks ahead until ``wanted`` spares (at most

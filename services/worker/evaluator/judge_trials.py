@@ -46,7 +46,8 @@ class Trials:
             with ev._phase(result, "reference"):
                 load = self.ref.request("load", ev._load_args(self.info, base), timeout=ev._prepare_timeout(), stall_s=s.stall_s)
                 ev._raise_errors(load, "prepare", "workload_error")
-                first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True}, timeout=ev._prepare_timeout(), stall_s=s.stall_s)
+                first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True, "send_below": s.send_inputs_below_bytes},
+                                         timeout=ev._prepare_timeout(), stall_s=s.stall_s)
                 ev._raise_errors(first, "prepare", "workload_error")
             self._note(first, "reference")
             self.ref_call_s = max(replies_value(first, "call_s", 0.0))
@@ -102,7 +103,8 @@ class Trials:
         _flag(result, self.s)
 
     def _reference_trial(self, seed: int) -> Replies:
-        replies = self.ref.request("run_trial", {"seed": seed}, timeout=self.ev._limit(self.hang_s), stall_s=self.s.stall_s)
+        replies = self.ref.request("run_trial", {"seed": seed, "send_below": self.s.send_inputs_below_bytes}, timeout=self.ev._limit(self.hang_s),
+                                   stall_s=self.s.stall_s)
         self.ev._raise_errors(replies, "prepare", "workload_error")
         self._note(replies, "reference")
         return replies
@@ -113,7 +115,8 @@ class Trials:
         # The first call may compile (torch.compile, Triton, CUDA graphs): it gets the load limit,
         # and a deadlock in it is found by the stall check.
         timeout = self.s.load_timeout_s if first_call else self.hang_s
-        per_rank = {r: {"inputs": rep["inputs"], "seed": rep["seed"], "mutated": rep["mutated"], "output_sizes": rep.get("output_sizes", [])}
+        per_rank = {r: {"inputs": rep["inputs"], "seed": rep["seed"], "mutated": rep["mutated"], "output_sizes": rep.get("output_sizes", []),
+                        "input_fingerprints": rep.get("input_fingerprints"), "check_draw": first_call}
                     for r, rep in ref_trial.by_rank.items()}
         got = self.cand.request("trial", {}, per_rank=per_rank, timeout=ev._limit(timeout), stall_s=self.s.stall_s)
         self._check_candidate(got, "trial", "runtime_error")

@@ -38,7 +38,7 @@ def _import_projection_kernel() -> None:
     a new process on an H200), so that a candidate whose outputs need the kernel pays only its
     load before timing (``projection.warm``). Importing touches neither the device nor the group."""
     try:
-        from . import projection_kernel  # noqa: F401
+        from . import projection_kernel  # optional: triton; imported here, ahead of its use, on purpose  # noqa: F401
     except ImportError:  # no triton here: nothing to import ahead
         pass
 

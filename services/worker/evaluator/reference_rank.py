@@ -127,14 +127,15 @@ class ReferenceRank(RankBase):
         plain = all(_plain(v) for v in init)
         return {"init_args": snapshot(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
 
-    def cmd_run_trial(self, seed: int, want_roofline: bool = False) -> dict:
+    def cmd_run_trial(self, seed: int, want_roofline: bool = False, send_below: int | None = None) -> dict:
         """Draw this trial's inputs, run the reference on them and keep its outputs until
-        ``compare``; the inputs go back (as they were before the call) for the candidate. What
+        ``compare``; the inputs go back (as they were before the call) for the candidate where
+        they are under ``send_below`` bytes (None: always), with their fingerprints. What
         timing left (its inputs, a block's kept outputs) goes first: a trial after timing needs
         none of it, and the device is shared with the candidate's side."""
         self.kept, self.timed = None, None
         inputs = self._inputs(seed)
-        sent = _sendable(inputs)
+        sent = _sendable(inputs) if send_below is None or tensor_bytes(inputs) < send_below else None
         before = T.fingerprints(inputs)
         roofline = None
         if want_roofline and hasattr(self.workload, "roofline"):
@@ -158,7 +159,8 @@ class ReferenceRank(RankBase):
         self.account(held + tensor_bytes(outputs), "the reference with its inputs and outputs")
         floating = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
         return {
-            "inputs": sent, "seed": seed, "mutated": mutated, "spec": spec, "call_s": call_s, "roofline": roofline,
+            "inputs": sent, "input_fingerprints": T.plain_fingerprints(before), "seed": seed, "mutated": mutated, "spec": spec,
+            "call_s": call_s, "roofline": roofline,
             "output_bytes": tensor_bytes(outputs) + sum(T.nbytes(list(self.kept["mutated"].values()))),
             "own_bytes": held + tensor_bytes(outputs), "output_sizes": T.nbytes(outputs),
             "output_dtypes": [str(x.dtype) for x in outputs if isinstance(x, torch.Tensor)],
@@ -184,7 +186,7 @@ class ReferenceRank(RankBase):
             if not problems and norm_check:
                 for i, (g, w) in enumerate(zip(got, kept["outputs"])):
                     if isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor):
-                        found = precision.norm_problem(g, w, level, f"output {i}")
+                        found = precision.norm_problem(g, w, level, f"output {i}", atol=table.get(w.dtype, (0.0, 0.0))[0])
                         if found:
                             problems.append(found)
             del got, got_mutated

@@ -19,6 +19,11 @@ class EvalSettings:
     #: runs in fresh processes, and starting them is mostly ``import torch``): after the n-th
     #: candidate, up to min(this, n - 1) wait, stopped on the CPU while a block is timed.
     spare_candidate_pools: int = 2
+    #: Of those, how many are begun at once for candidates the caller says will follow
+    #: (``more_after``). On a GPU machine, all: a spare's start (~4-5 s importing torch, on cores
+    #: of its own) outlasts a small candidate's judgement, and with one ahead every other candidate
+    #: waited for its ranks. On two CPU cores spares importing beside the work slow it: one.
+    spares_for_announced: int = 1
     load_timeout_s: float = 300.0
     call_timeout_s: float = 60.0
     timing_timeout_s: float = 300.0
@@ -63,6 +68,11 @@ class EvalSettings:
     #: a GiB over costs about a second on an H100; the candidate keeps its outputs in every round).
     whole_check_all_below_bytes: int = 64 << 20
     whole_check_rounds: int = 3
+    #: A trial's inputs of this many bytes or more are not sent to the candidate's ranks: they
+    #: draw them from the trial's seed, as timed blocks do, checked against the reference rank's
+    #: fingerprints (sending went through host memory both ways: with KernelBench's GiB inputs,
+    #: most of an evaluation's minute on an H200).
+    send_inputs_below_bytes: int = 64 << 20
     # The candidate's own clock (CUDA events or perf_counter in its process) against the judge's
     # wall clock of each block: the time the candidate leaves unaccounted may exceed the
     # reference's (in the block beside it) by at most clock_slack x the block's wall time +
@@ -131,6 +141,7 @@ class EvalSettings:
             base.load_timeout_s = 600.0
             base.clock_slack, base.clock_overhead_slack, base.clock_slack_ms = 0.15, 0.3, 1.0
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
+            base.spares_for_announced = 3
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5

@@ -73,6 +73,12 @@ def fingerprints(values: list[Any]) -> list[tuple | None]:
     return [fingerprint(v) if isinstance(v, torch.Tensor) else None for v in values]
 
 
+def plain_fingerprints(found: list[tuple | None]) -> list[list | None]:
+    """``fingerprints`` as plain lists (shape as a list), as they compare after a trip between
+    processes."""
+    return [None if f is None else [list(f[0]), *f[1:]] for f in found]
+
+
 def clone_tree(value: Any) -> Any:
     return pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, value)
 
