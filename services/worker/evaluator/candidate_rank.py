@@ -22,10 +22,13 @@ import torch
 
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
-from . import integrity, precision
+from . import device_share, integrity, precision
 from . import tensors as T
 from .groups import reused_groups
 from .rank import RankBase, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
+
+#: Set by the pool for candidate ranks whose outputs the same GPU's reference ranks map.
+SHARE_DEVICE_ENV = "KLOOM_SHARE_DEVICE"
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -45,6 +48,10 @@ class CandidateRank(RankBase):
         self.workload_path = ""  # imported here only for arguments and inputs that cannot travel
         self.workload = None
         self.block_kept: tuple[list, str] | None = None  # a timed block's last outputs, until handed over
+        # Outputs go to the reference's rank on this GPU in device memory where the judge says
+        # it maps them (KLOOM_SHARE_DEVICE) and the driver can export it; else through host memory.
+        self.share_device = (self.device.type == "cuda" and os.environ.get(SHARE_DEVICE_ENV) == "1"
+                             and device_share.available(self.device.index))
 
     def handlers(self) -> dict:
         return {

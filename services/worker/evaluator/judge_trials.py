@@ -15,6 +15,7 @@ from .interleaved import Timing, stats
 from .judge import JudgePools, Stop
 from .pool_replies import replies_value
 from .pool import Replies
+from .shared import BlobRef, DeviceBlob
 
 #: Commands of a rank's table of peaks read from one reply (the candidate's is untrusted).
 MAX_COMMANDS = 32
@@ -132,6 +133,7 @@ class Trials:
         kept: ``record`` filled with each rank's check."""
         ev = self.ev
         compare_args = {r: {"outputs": rep["outputs"], "mutated": rep.get("mutated") or {}, "spec": rep["spec"]} for r, rep in got.items()}
+        self._note_transport(got)
         judged = self.ref.request("compare", {"tolerance": tolerance_to_names(self.tolerance), "level": self.level, "norm_check": self.norm_check},
                                   per_rank=compare_args, timeout=ev._limit(self.hang_s))
         ev._raise_errors(judged, "compare", "workload_error")
@@ -223,6 +225,18 @@ class Trials:
         sizes = [int(b) for b in replies_value(replies, "output_bytes", 0)]
         if sizes:
             self.output_bytes = max(self.output_bytes, max(sizes))
+
+    def _note_transport(self, got: dict[int, dict]) -> None:
+        """How the candidate's large outputs reached the reference's ranks, as this process
+        passed them on (the record's ``environment["candidate_outputs"]``)."""
+        ways = set(self.result.environment.get("candidate_outputs", "").split(",")) - {""}
+        for rep in got.values():
+            leaves = rep.get("outputs")
+            for x in leaves if isinstance(leaves, list) else []:
+                if isinstance(x, BlobRef):
+                    ways.add("device memory" if isinstance(x.blob, DeviceBlob) else "host memory")
+        if ways:
+            self.result.environment["candidate_outputs"] = ",".join(sorted(ways))
 
     def _candidate_share(self, first: Replies) -> int:
         """What the device-memory limit leaves the candidate: the limit less the reference's own

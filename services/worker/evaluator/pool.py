@@ -146,6 +146,8 @@ class RankPool:
                     "KLOOM_WORLD_SIZE": str(self.world_size),
                     "KLOOM_DEVICE_KIND": self.device,
                     "KLOOM_DEVICE_INDEX": str(self.devices[rank] if self.device == "cuda" else 0),
+                    # Both pools' rank i use the same GPU: the candidate's outputs stay on it.
+                    "KLOOM_SHARE_DEVICE": "1" if self.role == "candidate" and self.device == "cuda" and self.settings.share_device_outputs else "0",
                     "KLOOM_POOL_SOCKET": address,
                     "KLOOM_POOL_AUTHKEY": authkey.hex(),
                     "KLOOM_POOL_STORE": os.path.join(self.workdir, "pg.store"),

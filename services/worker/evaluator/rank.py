@@ -29,7 +29,7 @@ from . import tensors as T
 from .compare import tolerance_from_names
 from .gpu_quiet import QuietProbe
 from .projection import Projector, warm
-from .protocol import pack, recv_command, send_packed
+from .protocol import pack, recv_command_holding, send_packed
 from .timing import Timer, collect_all, gc_paused, settle_gc
 
 
@@ -111,6 +111,9 @@ class RankBase:
         self.peak_earlier = 0  # CUDA: the allocator's peak before the running command began
         self.collect_later = False  # a full collection after the reply (``after_reply``)
         self.peaks_by_command: dict[str, int] = {}  # since reset_peak: each command's largest peak
+        #: Large device tensors of replies go in a device allocation the same GPU's other pool
+        #: maps (``protocol.pack``); a role that hands its outputs over turns it on where it can.
+        self.share_device = False
         precision.pin()
 
     # Environment, memory ----------------------------------------------------------------------
@@ -339,13 +342,21 @@ def error_payload(exc: BaseException, phase: str) -> dict:
 
 def serve(conn, state) -> None:
     """Answer commands until told to exit; ``state.handlers()`` names them, and
-    ``state.after(op, reply)`` adds what every reply of that role carries."""
+    ``state.after(op, reply)`` adds what every reply of that role carries.
+
+    A reply's own device allocation (``state.share_device``) is kept until the next command
+    comes: by then the judge has had the reference's rank map and read it. Device allocations a
+    command came with are closed once its reply is packed."""
     handlers = state.handlers()
+    sent = None
     while True:
         try:
-            msg = recv_command(conn)
+            msg, imported = recv_command_holding(conn, state.device)
         except (EOFError, OSError):
             return
+        if sent is not None:
+            sent.close()
+            sent = None
         op = msg.get("op")
         if op == "exit":
             return
@@ -356,13 +367,19 @@ def serve(conn, state) -> None:
             reply = {"ok": False, "error": error_payload(exc, op)}
         state.end(str(op), reply)
         state.after(op, reply)
+        if state.share_device:
+            state.idle()  # cached blocks go back before the reply's device copy is taken beside them
         try:
-            packed = pack(reply)
+            packed = pack(reply, share_device=state.share_device)
         except Exception as exc:  # an output that cannot be serialised, for instance
             packed = pack({"ok": False, "error": error_payload(exc, op), "violations": reply.get("violations", [])})
         # What the reply carried is in its file now: device tensors go before it leaves, since
         # the judge may stop this process as soon as it has the reply, and the other side runs.
         msg = reply = None
+        for blob in imported:
+            blob.close()
+        imported = []
         state.idle()
+        sent = packed.device
         send_packed(conn, packed)
         state.after_reply()

@@ -18,7 +18,7 @@ import torch
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
 from . import precision
-from .protocol import snapshot
+from .protocol import Unreadable, snapshot
 from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
 from .groups import reused_groups
@@ -174,8 +174,13 @@ class ReferenceRank(RankBase):
             raise RuntimeError("compare without a trial")
         totals = {"numel": 0, "mismatched": 0, "max_abs_diff": 0.0, "max_rel_diff": 0.0}
         problems: list[str] = []
+        unreadable = [f"output {i}" for i, x in enumerate(outputs) if isinstance(x, Unreadable)]
+        unreadable += [f"input {i} after the call" for i, x in mutated.items() if isinstance(x, Unreadable)]
         if spec != kept["spec"]:
             problems.append(f"output structure {spec} != expected {kept['spec']}")
+        elif unreadable:
+            reason = next(x for x in list(outputs) + list(mutated.values()) if isinstance(x, Unreadable)).reason
+            problems.append(f"{', '.join(unreadable)} could not be read from the device memory the candidate handed over ({reason})")
         else:
             got = T.to_device(list(outputs), self.device)
             got_mutated = {int(i): T.to_device(v, self.device) for i, v in mutated.items()}

@@ -73,6 +73,10 @@ class EvalSettings:
     #: fingerprints (sending went through host memory both ways: with KernelBench's GiB inputs,
     #: most of an evaluation's minute on an H200).
     send_inputs_below_bytes: int = 64 << 20
+    #: On a GPU, the candidate's large outputs reach the reference's rank in device memory the
+    #: candidate's rank exports and the reference's maps (``device_share.py``), not through host
+    #: memory (a GiB cost ~1 s each way on an H100); off, or where the driver cannot, host memory.
+    share_device_outputs: bool = True
     # The candidate's own clock (CUDA events or perf_counter in its process) against the judge's
     # wall clock of each block: the time the candidate leaves unaccounted may exceed the
     # reference's (in the block beside it) by at most clock_slack x the block's wall time +

@@ -1,4 +1,6 @@
-"""Sealed memory files that carry a message's large tensors from one process to another.
+"""Sealed memory files that carry a message's large tensors from one process to another, and
+device allocations that carry a candidate's large device outputs to the reference's rank on the
+same GPU (``DeviceBlob``; ``device_share.py``).
 
 The sender writes its tensors into an anonymous memory file (``memfd_create``) and seals it
 against writing, shrinking and growing before its descriptor leaves: what a receiver maps can no
@@ -20,6 +22,8 @@ import weakref
 from dataclasses import dataclass
 
 import torch
+
+from . import device_share
 
 #: Descriptors one message may carry.
 MAX_FILES = 64
@@ -142,11 +146,63 @@ class Blob:
         self._closer()
 
 
+#: The longest GPU identity a message may name.
+MAX_UUID = 64
+
+
+class DeviceBlob:
+    """A received descriptor said to be an exportable device allocation of ``size`` bytes on the
+    GPU ``uuid``. The judge's process cannot look inside (it holds no CUDA context): it refuses
+    what is plainly something else (a file, a directory, a socket, a pipe) and passes the rest on;
+    the rank that maps it is where the driver refuses anything that is not such an allocation, or
+    is smaller than said (``device_share.ImportedBuffer``)."""
+
+    def __init__(self, fd: int, size: int, uuid: str):
+        self.fd, self.size, self.uuid = fd, size, uuid
+        self._closer = weakref.finalize(self, close_quietly, fd)
+        self.imported = None  # device_share.ImportedBuffer, where this process mapped it
+
+    @classmethod
+    def adopt(cls, fd: int, size, uuid) -> DeviceBlob:
+        try:
+            if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+                raise ValueError(f"a shared device allocation of {size!r} bytes")
+            if not isinstance(uuid, str) or not 0 < len(uuid) <= MAX_UUID:
+                raise ValueError("a shared device allocation without the identity of its GPU")
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode) or stat.S_ISBLK(mode):
+                raise ValueError("a shared device allocation whose descriptor is a file, a directory, a socket or a pipe")
+        except BaseException:
+            close_quietly(fd)
+            raise
+        return cls(fd, size, uuid)
+
+    def mapped(self, device: torch.device) -> torch.Tensor:
+        """The allocation's bytes on ``device`` (mapped once; ``close`` unmaps)."""
+        if self.imported is None:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            if device.type != "cuda" or device_share.device_uuid(index) != self.uuid:
+                raise ValueError(f"a shared device allocation of GPU {self.uuid}, which is not this rank's ({device})")
+            try:
+                self.imported = device_share.ImportedBuffer(self.fd, self.size, index)
+            except device_share.DeviceShareError as exc:
+                raise ValueError(f"a shared device allocation that could not be mapped: {exc}") from None
+        return self.imported.bytes()
+
+    def close(self) -> None:
+        """The descriptor closed, and the mapping gone where there was one (after the device's
+        work): tensors made from it must not be used again."""
+        if self.imported is not None:
+            self.imported.close()
+            self.imported = None
+        self._closer()
+
+
 @dataclass(frozen=True)
 class BlobRef:
-    """One tensor's bytes in a ``Blob``."""
+    """One tensor's bytes in a ``Blob`` (or a ``DeviceBlob``)."""
 
-    blob: Blob
+    blob: Blob | DeviceBlob
     offset: int
     nbytes: int
     dtype: str
@@ -169,7 +225,13 @@ class BlobRef:
                              f"or its file of {blob.size} bytes")
         return cls(blob, offset, nbytes, dtype, tuple(shape))
 
-    def tensor(self) -> torch.Tensor:
-        """The tensor, over a copy-on-write mapping of its own (no copy is made)."""
-        whole = torch.frombuffer(self.blob.mapping(), dtype=torch.uint8)
+    def tensor(self, device: torch.device | None = None) -> torch.Tensor:
+        """The tensor, over a copy-on-write mapping of its own (no copy is made); from a
+        ``DeviceBlob``, over its mapping on ``device`` (this rank's), valid until the blob closes."""
+        if isinstance(self.blob, DeviceBlob):
+            if device is None:
+                raise ValueError("a shared device allocation where no device can map it")
+            whole = self.blob.mapped(device)
+        else:
+            whole = torch.frombuffer(self.blob.mapping(), dtype=torch.uint8)
         return whole[self.offset : self.offset + self.nbytes].view(_DTYPES[self.dtype]).view(self.shape)
