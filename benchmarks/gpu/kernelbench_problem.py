@@ -67,16 +67,24 @@ class DevicePeak:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, self._read())
-            except Exception:  # noqa: BLE001
-                pass
+            self.sample()
             self._stop.wait(0.05)
+
+    def sample(self) -> None:
+        """One reading now (also from the measured code: building a problem on the device and
+        calling it can take less than the thread's period, which then saw only the idle device)."""
+        if not self.enabled:
+            return
+        try:
+            self.peak = max(self.peak, self._read())
+        except Exception:  # noqa: BLE001
+            pass
 
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self._stop.set()
             self._thread.join()
+            self.sample()  # what the block left allocated, at least
 
     def gib(self) -> dict | None:
         if not self.enabled:
@@ -151,10 +159,12 @@ def measure_modes(row: dict, args, device: torch.device, save, modes: list[str])
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
+            seen.sample()  # the model and its inputs
         with torch.no_grad():
             want = model(*inputs)
         if device.type == "cuda":
             torch.cuda.synchronize()
+            seen.sample()  # and its outputs, with what the call took for temporaries (the allocator keeps it cached)
     if device.type == "cuda" and "reference_memory" not in row:
         row["reference_memory"] = {
             "allocator_peak_gib": round(torch.cuda.max_memory_allocated() / GIB, 3),
