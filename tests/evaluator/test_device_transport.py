@@ -173,3 +173,34 @@ def test_the_judge_compares_outputs_handed_over_in_device_memory():
     with Evaluator("cuda", _settings(share_device_outputs=False), devices=[0]) as ev:
         host = ev.evaluate(BIG, candidate_source=HONEST, world_size=1)
     assert host.correct and host.environment.get("candidate_outputs") == "host memory", host.environment
+
+
+# Hostile candidates, through the evaluator (the static checker off) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def unfiltered():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    settings = EvalSettings.for_device(device, static_check=False, shapes="ci", timing_budget_s=0.2, min_iters=5, load_timeout_s=60.0,
+                                       trials=3)
+    with Evaluator(device, settings, devices=[0] if device == "cuda" else None) as ev:
+        yield ev
+
+
+def _text(result) -> str:
+    return "\n".join([result.summary(), result.error.message if result.error else ""] + [c.message for t in result.trials for c in t.ranks])
+
+
+def test_outputs_forged_as_device_memory_are_unreadable_and_the_reference_lives_on(unfiltered):
+    forged = unfiltered.evaluate(BIG, HERE / "adversarial" / "forges_device_outputs.py", world_size=1)
+    assert forged.status == "incorrect" and "could not be read from the device memory" in _text(forged), _text(forged)
+    after = unfiltered.evaluate(BIG, candidate_source=HONEST, world_size=1)
+    assert after.correct, after.summary()
+
+
+def test_a_directory_passed_as_device_memory_is_refused_by_the_judge(unfiltered):
+    forged = unfiltered.evaluate(BIG, HERE / "adversarial" / "passes_directory_as_device_outputs.py", world_size=1)
+    assert not forged.correct and forged.status in ("crashed", "runtime_error", "rejected"), forged.summary()
+    assert "a file, a directory, a socket or a pipe" in _text(forged), _text(forged)
+    after = unfiltered.evaluate(BIG, candidate_source=HONEST, world_size=1)
+    assert after.correct, after.summary()

@@ -180,12 +180,14 @@ class DeviceBlob:
     def mapped(self, device: torch.device) -> torch.Tensor:
         """The allocation's bytes on ``device`` (mapped once; ``close`` unmaps)."""
         if self.imported is None:
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            if device.type != "cuda" or device_share.device_uuid(index) != self.uuid:
-                raise ValueError(f"a shared device allocation of GPU {self.uuid}, which is not this rank's ({device})")
+            if device.type != "cuda":
+                raise ValueError(f"a shared device allocation where this rank has no GPU ({device})")
             try:
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                if device_share.device_uuid(index) != self.uuid:
+                    raise ValueError(f"a shared device allocation of GPU {self.uuid}, which is not this rank's ({device})")
                 self.imported = device_share.ImportedBuffer(self.fd, self.size, index)
-            except device_share.DeviceShareError as exc:
+            except (device_share.DeviceShareError, RuntimeError) as exc:
                 raise ValueError(f"a shared device allocation that could not be mapped: {exc}") from None
         return self.imported.bytes()
 
