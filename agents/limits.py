@@ -53,9 +53,13 @@ class Budget:
         allowance = max(ESSENTIAL_MIN_S, ESSENTIAL_SHARE * self.limits.max_wall_s)
         return max(allowance, self.remaining_s() or 0.0)
 
+    def steps_left(self) -> int:
+        """The steps the iteration limit leaves (none in flight)."""
+        return max(0, self.limits.max_iters - self.steps_done)
+
     def steps_after_this(self) -> int:
         """The steps the iteration limit leaves after the one in flight (not yet recorded)."""
-        return max(0, self.limits.max_iters - self.steps_done - 1)
+        return max(0, self.steps_left() - 1)
 
     def check(self, *, before_step: bool = False) -> None:
         """Raise ``LimitReached`` if any limit is reached (call before every model call and step)."""

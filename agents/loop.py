@@ -211,7 +211,8 @@ class JobLoop:
         self.sink.save(traj, None)
         if traj.baseline is None:
             deadline, t0 = self.budget.essential_s(), time.monotonic()
-            baseline = self.evaluator.baseline(spec.workload, world_size=spec.world_size, deadline_s=deadline)
+            baseline = self.evaluator.baseline(spec.workload, world_size=spec.world_size, deadline_s=deadline,
+                                               more_after=self.budget.steps_left())
             if baseline.status != "correct":
                 message = baseline.error.message if baseline.error else baseline.status
                 if baseline.status == "timeout" and deadline is not None and time.monotonic() - t0 >= deadline - 0.5:

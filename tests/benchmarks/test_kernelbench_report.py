@@ -46,3 +46,21 @@ def test_rows_from_one_gpu_keep_the_plain_heading(tmp_path):
     data, text = _report(tmp_path, [_row("level1_1_A", "NVIDIA H200"), _row("level1_7_D", None, status="not_imported")])
     assert data["device"] == "NVIDIA H200"
     assert "Device: NVIDIA H200." in text and "| level1_1_A |" in text and "(H200)" not in text
+
+
+def _against_compile(name: str, kloom_speedup: float, compile_ms: float) -> dict:
+    row = _row(name, "NVIDIA H200")
+    row["modes"]["default"] = {"ms": compile_ms, "correct": True}
+    row["kloom"]["result_speedup"] = kloom_speedup
+    return row
+
+
+def test_at_least_as_fast_as_compile_allows_the_noise_between_instruments_and_no_more(tmp_path):
+    """Eager 2 ms, compile 1 ms (2.0x): kloom at 1.99x is within the floor at 1 ms (3%), so at
+    least as fast though not faster; at 1.9x it is slower; at 2.1x, both."""
+    data, text = _report(tmp_path, [_against_compile("level1_1_A", 1.99, 1.0), _against_compile("level1_3_B", 1.9, 1.0),
+                                    _against_compile("level1_5_C", 2.1, 1.0)])
+    a = data["aggregate"]
+    assert a["compared_with_compile"] == 3
+    assert abs(a["fast_1_over_better_compile"] - 1 / 3) < 1e-9 and abs(a["at_least_better_compile"] - 2 / 3) < 1e-9
+    assert "| at least as fast as the better torch.compile mode, within the noise floor between two measurements | 0.67 |" in text

@@ -118,6 +118,28 @@ def test_a_caller_that_says_how_many_candidates_follow_has_their_ranks_begun_ahe
         assert pools.candidate.admitted
 
 
+def test_a_baseline_told_that_candidates_follow_begins_their_ranks_and_times_the_reference_alone():
+    """A job's baseline comes before its first candidate: told how many follow, the evaluator
+    begins the first candidate's ranks (and spares) there, importing torch while the reference
+    loads and runs, stopped while it is timed, so the first candidate does not wait for them
+    (4-6 s of every KernelBench job's first step on the H200). Told none, it begins nothing."""
+    settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2,
+                                       spares_for_announced=2)
+    with Evaluator("cpu", settings) as ev:
+        alone = ev.baseline(LINEAR, world_size=1)
+        assert alone.status == "correct" and not ev.pools[1].candidate.starting and not ev.pools[1].spares
+    with Evaluator("cpu", settings) as ev:
+        told = ev.baseline(LINEAR, world_size=1, more_after=3)
+        assert told.status == "correct", told.error
+        pools = ev.pools[1]
+        begun = tuple(p.pid for p in pools.candidate.procs)
+        assert pools.candidate.starting and not pools.candidate.admitted and len(pools.spares) == 2
+        assert not any(p.stopped for p in (pools.candidate, *pools.spares)), "left stopped after the reference's timing"
+        first = ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=2)
+        assert first.correct, first.summary()
+        assert begun not in [tuple(p.pid for p in pools.candidate.procs)] + [tuple(p.pid for p in s.procs) for s in pools.spares]
+
+
 def test_candidate_must_mutate_inputs_like_the_reference(evaluator, tmp_path):
     honest = tmp_path / "inplace_ok.py"
     honest.write_text(
