@@ -75,7 +75,7 @@ def test_the_judge_refuses_a_malformed_list_of_device_allocations(devices, text)
 def test_a_sender_sharing_device_memory_sends_host_tensors_in_the_file():
     a, b = Pipe()
     x = torch.randn(1 << 19)
-    protocol.send_packed(a, protocol.pack({"x": x}, share_device=True))
+    protocol.send_packed(a, protocol.pack({"x": x}, share_device=torch.device("cpu")))
     held = protocol.recv_reply(b)
     assert isinstance(held["x"], BlobRef) and not isinstance(held["x"].blob, DeviceBlob)
     assert torch.equal(protocol.materialize(held)["x"], x)
@@ -90,7 +90,7 @@ def _relay(message: dict, device: torch.device):
     sender's allocation (which the sender keeps until the receiver has mapped it)."""
     cand, judge_in = Pipe()
     judge_out, ref = Pipe()
-    packed = protocol.pack(message, share_device=True)
+    packed = protocol.pack(message, share_device=device)
     kept = packed.device
     protocol.send_packed(cand, packed)
     passed = protocol.recv_reply(judge_in)
@@ -143,7 +143,7 @@ def test_a_descriptor_that_is_no_device_allocation_or_too_small_is_unreadable_an
     torch.zeros(1, device=device)
     not_memory = _device_slot(os.open("/dev/null", os.O_RDONLY), GRAIN, device)
     assert isinstance(not_memory, Unreadable) and "could not be mapped" in not_memory.reason
-    packed = protocol.pack({"x": torch.ones(1 << 20, device=device)}, share_device=True)
+    packed = protocol.pack({"x": torch.ones(1 << 20, device=device)}, share_device=device)
     try:
         too_big = _device_slot(os.dup(packed.device.fd), packed.device.size * 4, device)
         assert isinstance(too_big, Unreadable), too_big

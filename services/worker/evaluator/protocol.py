@@ -11,8 +11,8 @@ process passes such a file on from one pool to the other without reading it (``B
 trial's GiB inputs and outputs are copied once into the file and mapped by the rank that uses
 them, not pickled, piped and unpickled twice through the judge.
 
-A sender that shares device memory (a candidate's rank on a GPU, ``pack(share_device=True)``)
-puts its large device tensors into one exportable device allocation instead (``device_share.py``),
+A sender that shares device memory (a candidate's rank on a GPU, ``pack(share_device=device)``)
+puts its large tensors on that device into one exportable device allocation instead (``device_share.py``),
 whose descriptor travels the same way, named in the envelope with its size and its GPU: the
 reference's rank on that GPU maps it and compares where the outputs are, with no host copy either
 way. Such a mapping lives for the command that received it (``recv_command_holding``).
@@ -51,7 +51,7 @@ class _Outgoing:
     one), a device allocation of its own device tensors (where it shares device memory), and
     the files and allocations of the references it passes on."""
 
-    def __init__(self, share_device: bool = False):
+    def __init__(self, share_device: torch.device | None = None):
         self.share_device = share_device
         self.writer: shared.Writer | None = None
         self.device_writer: device_share.DeviceWriter | None = None
@@ -64,14 +64,12 @@ class _Outgoing:
 
     def tensor(self, t: torch.Tensor) -> dict:
         nbytes = t.numel() * t.element_size()
-        if self.share_device and t.is_cuda and nbytes >= DEVICE_SHARE_MIN_BYTES:
+        if self.share_device is not None and t.is_cuda and t.device == self.share_device and nbytes >= DEVICE_SHARE_MIN_BYTES:
             if self.device_writer is None:
                 self.device_writer = device_share.DeviceWriter(t.device)
-            if self.device_writer.device == t.device:
-                mark = {_MARK: -1, "offset": self.device_writer.add(t), "nbytes": nbytes, "dtype": shared.dtype_name(t.dtype),
-                        "shape": list(t.shape)}
-                self.device_marks.append(mark)
-                return mark
+            mark = {_MARK: -1, "offset": self.device_writer.add(t), "nbytes": nbytes, "dtype": shared.dtype_name(t.dtype), "shape": list(t.shape)}
+            self.device_marks.append(mark)
+            return mark
         if self.writer is None:
             self.writer = shared.Writer()
         mark = {_MARK: -1, "offset": self.writer.add(t), "nbytes": nbytes, "dtype": shared.dtype_name(t.dtype), "shape": list(t.shape)}
@@ -152,10 +150,10 @@ class Packed:
         self.passed = []
 
 
-def pack(message: dict[str, Any], share_device: bool = False) -> Packed:
-    """``message`` encoded: its large tensors copied into a sealed file (or, with
-    ``share_device``, its large device tensors into a device allocation of its own), so that the
-    caller may drop them (and free their device memory) before the message is sent."""
+def pack(message: dict[str, Any], share_device: torch.device | None = None) -> Packed:
+    """``message`` encoded: its large tensors copied into a sealed file (or, those on the device
+    ``share_device``, into a device allocation of its own), so that the caller may drop them (and
+    free their device memory) before the message is sent."""
     out = _Outgoing(share_device)
     body = out.encode(message)
     fds, own, device = out.finish()

@@ -370,7 +370,7 @@ def serve(conn, state) -> None:
         if state.share_device:
             state.idle()  # cached blocks go back before the reply's device copy is taken beside them
         try:
-            packed = pack(reply, share_device=state.share_device)
+            packed = pack(reply, share_device=state.device if state.share_device else None)
         except Exception as exc:  # an output that cannot be serialised, for instance
             packed = pack({"ok": False, "error": error_payload(exc, op), "violations": reply.get("violations", [])})
         # What the reply carried is in its file now: device tensors go before it leaves, since
