@@ -5,6 +5,9 @@ round's outputs over and judging them). The judge's per-candidate cost (benchmar
 shows the phase; this shows what inside it to cut.
 
     python3 benchmarks/gpu/judge_blocks.py --device cuda --runs 3 [--workload W --candidate C] [--world-size 1]
+
+``--candidate copy``: the workload's own ``Model`` as the candidate (its source, then a
+``ModelNew`` that subclasses it), for any workload, a KernelBench problem say.
 """
 from __future__ import annotations
 
@@ -76,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--workload", default="tests/evaluator/workloads/linear_allreduce.py")
-    parser.add_argument("--candidate", default="tests/evaluator/candidates/correct.py")
+    parser.add_argument("--candidate", default="tests/evaluator/candidates/correct.py", help="a candidate file, or copy (the workload's Model)")
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None, help="a JSON file for every evaluation's rows")
@@ -110,7 +113,11 @@ def main() -> None:
             profiler = cProfile.Profile() if args.profile and run == args.runs else None
             if profiler is not None:
                 profiler.enable()
-            r = ev.evaluate(args.workload, args.candidate, world_size=args.world_size, more_after=args.runs - run)
+            if args.candidate == "copy":
+                copy = open(args.workload).read() + "\n\nclass ModelNew(Model):\n    pass\n"
+                r = ev.evaluate(args.workload, candidate_source=copy, world_size=args.world_size, more_after=args.runs - run)
+            else:
+                r = ev.evaluate(args.workload, args.candidate, world_size=args.world_size, more_after=args.runs - run)
             if profiler is not None:
                 profiler.disable()
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
