@@ -131,9 +131,11 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         "",
         "Times in ms. kloom's speedup divides the reference's time by the best kernel's, both from the evaluator's",
         "interleaved measurement (95% interval); memory: the device's peak above idle while kloom's job ran, beside",
-        "the reference's own (eager, same instrument) and the torch allocator's peak for the reference.",
+        "the bound of issue 21 (the largest, over the job's evaluations, of the reference's allocator peak + the candidate's +",
+        "one copy of the outputs; the pools' CUDA contexts, ~0.6 GiB a process, come on top), the reference's own (eager, same",
+        "instrument) and the torch allocator's peak for the reference.",
         "",
-        "| problem | eager | compile | max-autotune | kloom ref / best | kloom speedup (95% CI) | outcome | made by | job s | mem kloom / ref / ref alloc GiB |",
+        "| problem | eager | compile | max-autotune | kloom ref / best | kloom speedup (95% CI) | outcome | made by | job s | mem kloom / bound / ref / ref alloc GiB |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: r["workload"]):
@@ -163,7 +165,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         lines.append(
             f"| {name} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
             f"{_f(k.get('reference_ms'), '.4g')} / {_f(k.get('best_ms'), '.4g')} | {speed} | {k.get('outcome', '-')} | "
-            f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
+            f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(k.get('evaluator_bound_gib'), '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
         )
     failed = [r for r in rows if r.get("status") == "measured" and not (r.get("kloom") or {}).get("correct")]
     if failed:

@@ -255,8 +255,17 @@ def run_kloom(row: dict, args, save) -> None:
         "steps": [{"strategy": s.plan.strategy, "status": s.status, "speedup": s.speedup} for s in traj.steps],
         "job_wall_s": round(time.monotonic() - t0, 1),
         "device_memory": seen.gib(),
+        "evaluator_bound_gib": evaluator_bound(traj),
     }
     save()
+
+
+def evaluator_bound(traj) -> float | None:
+    """Issue 21's bound on the evaluator's device memory, the largest over the job's evaluations:
+    the reference's allocator peak + the candidate's + one copy of the outputs (GiB)."""
+    bounds = [m.reference_peak_bytes + m.candidate_peak_bytes + m.output_bytes
+              for s in traj.steps if s.evaluation is not None and (m := s.evaluation.memory) is not None]
+    return round(max(bounds) / GIB, 3) if bounds else None
 
 
 def main() -> int:
