@@ -21,7 +21,8 @@ CAUGHT = {
     "caches_results": ({"incorrect"}, "elements outside", "fresh random inputs every trial"),
     "caches_after_warmup": ({"incorrect"}, "timed call's outputs were wrong", "timed calls on fresh inputs, each round's last judged"),
     # The allocator may hand a later trial the same address: caught there, or else in timing.
-    "caches_by_storage": ({"incorrect"}, "elements outside", "trials and each timing round's last call judged on fresh inputs"),
+    "caches_by_storage": ({"incorrect"}, ("elements outside", "did not match the reference"),
+                          "trials, every timed call's projections and each timing round's last call judged on fresh inputs"),
     "patches_timer": ({"rejected"}, "patches a library", "static checker"),
     "deadlock": ({"timeout"}, "did not finish", "per-call time limit, pool killed"),
     "spins_forever": ({"timeout"}, "did not finish", "per-call time limit, pool killed"),
@@ -50,7 +51,8 @@ def test_adversarial_candidate_is_caught(evaluator, name):
     result = evaluator.evaluate(WORKLOAD, ADVERSARIAL / f"{name}.py", world_size=2)
     assert result.status in statuses, f"{name} should be caught by {how}, got: {result.summary()}"
     assert not result.correct
-    assert text in _message(result), f"{name}: expected {text!r} in:\n{_message(result)}"
+    texts = (text,) if isinstance(text, str) else text  # where more than one of the judge's checks can catch it
+    assert any(t in _message(result) for t in texts), f"{name}: expected one of {texts!r} in:\n{_message(result)}"
     # The pool is usable afterwards: an honest candidate evaluates correctly next.
     after = evaluator.evaluate(WORKLOAD, CANDIDATES / "correct.py", world_size=2)
     assert after.correct, after.summary()

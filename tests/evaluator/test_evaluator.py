@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -122,12 +123,17 @@ def test_a_baseline_told_that_candidates_follow_begins_their_ranks_and_times_the
     """A job's baseline comes before its first candidate: told how many follow, the evaluator
     begins the first candidate's ranks (and spares) there, importing torch while the reference
     loads and runs, stopped while it is timed, so the first candidate does not wait for them
-    (4-6 s of every KernelBench job's first step on the H200). Told none, it begins nothing."""
+    (4-6 s of every KernelBench job's first step on the H200). Told none, or where the setting is
+    off (the CPU's default: two cores), it begins nothing."""
+    assert EvalSettings.for_device("cuda").candidates_begin_at_baseline and not EvalSettings.for_device("cpu").candidates_begin_at_baseline
     settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2,
-                                       spares_for_announced=2)
+                                       spares_for_announced=2, candidates_begin_at_baseline=True)
     with Evaluator("cpu", settings) as ev:
         alone = ev.baseline(LINEAR, world_size=1)
         assert alone.status == "correct" and not ev.pools[1].candidate.starting and not ev.pools[1].spares
+    with Evaluator("cpu", dataclasses.replace(settings, candidates_begin_at_baseline=False)) as ev:
+        off = ev.baseline(LINEAR, world_size=1, more_after=3)
+        assert off.status == "correct" and not ev.pools[1].candidate.starting and not ev.pools[1].spares
     with Evaluator("cpu", settings) as ev:
         told = ev.baseline(LINEAR, world_size=1, more_after=3)
         assert told.status == "correct", told.error

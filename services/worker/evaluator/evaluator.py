@@ -145,8 +145,9 @@ class Evaluator:
         """Time the reference alone (one correctness run for sanity, then the timing protocol);
         within ``deadline_s`` seconds when given (a job's wall-time limit), as ``evaluate``.
         ``more_after``: how many candidates the caller expects to have judged after it (a job's
-        steps); the first ones' ranks begin now, importing torch while the reference loads and
-        runs (stopped while it is timed), instead of when the first candidate comes."""
+        steps); with ``candidates_begin_at_baseline`` (a GPU machine's default) the first ones'
+        ranks begin now, importing torch while the reference loads and runs (stopped while it is
+        timed), instead of when the first candidate comes."""
         result = BaselineResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
         started = time.monotonic()
         self._aborted = None
@@ -155,8 +156,9 @@ class Evaluator:
             info = inspect_workload(workload)
             info.check_world_size(world_size)
             result.workload_sha256 = info.sha256
-            pools = self._start_pools(world_size, candidate=more_after > 0, workload_sha=info.sha256)
-            pools.begin_spares(min(self.settings.spares_for_announced, more_after - 1))
+            early = more_after if self.settings.candidates_begin_at_baseline else 0
+            pools = self._start_pools(world_size, candidate=early > 0, workload_sha=info.sha256)
+            pools.begin_spares(min(self.settings.spares_for_announced, early - 1))
             ref = pools.reference
             result.environment = dict(ref.environment)
             seed = self._base_seed()

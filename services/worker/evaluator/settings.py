@@ -24,6 +24,12 @@ class EvalSettings:
     #: of its own) outlasts a small candidate's judgement, and with one ahead every other candidate
     #: waited for its ranks. On two CPU cores spares importing beside the work slow it: one.
     spares_for_announced: int = 1
+    #: A baseline told that candidates follow begins the first ones' ranks (``Evaluator.baseline``):
+    #: on a GPU machine they import torch on cores of their own while the reference loads, runs and
+    #: is traced (the first candidate of every KernelBench job waited 4-6 s for them); on two CPU
+    #: cores they would take the reference's, and jobs that end at their baseline would start
+    #: ranks for nothing.
+    candidates_begin_at_baseline: bool = False
     load_timeout_s: float = 300.0
     call_timeout_s: float = 60.0
     timing_timeout_s: float = 300.0
@@ -146,6 +152,7 @@ class EvalSettings:
             base.clock_slack, base.clock_overhead_slack, base.clock_slack_ms = 0.15, 0.3, 1.0
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
             base.spares_for_announced = 3
+            base.candidates_begin_at_baseline = True
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5
