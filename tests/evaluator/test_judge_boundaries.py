@@ -130,7 +130,7 @@ def test_large_outputs_are_judged_whole_in_a_few_rounds_the_candidate_cannot_tel
         return handed_outputs(self, limit_s)
 
     def recording(self, side, other, iters, *args, **kwargs):
-        if side.role == "candidate" and iters > 0:
+        if side.role == "candidate" and kwargs.get("projection_seed") is not None:  # a round's block, not a warm-up
             candidate_keeps.append(kwargs.get("keep", False))
         return block(self, side, other, iters, *args, **kwargs)
 

@@ -47,6 +47,23 @@ class Block:
     def reported_ms(self) -> float:
         return max(sum(t) for t in self.times.values())
 
+    @property
+    def median_ms(self) -> float:
+        """The slowest rank's median call (0 for a block of no timed calls)."""
+        return max((statistics.median(t) for t in self.times.values() if t), default=0.0)
+
+
+def calls_per_side(ref_warm: Block, cand_warm: Block, warm: int, draw_s: float, s: EvalSettings) -> int:
+    """Timed calls per side that fill the timing budget, from the warm-up blocks of ``warm``
+    timed calls: each side's median call on its own clock (a first call may compile), plus the
+    time a call's inputs take to draw. The candidate's is at most its wall time per call less
+    the reference's overhead per call, so reporting slow calls buys it no fewer calls than its
+    real calls would; reporting fast ones buys it more, up to ``max_iters``."""
+    overhead_ms = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms) / warm
+    cand_ms = min(cand_warm.median_ms, max(0.0, cand_warm.wall_ms / warm - overhead_ms))
+    per_call_s = (ref_warm.median_ms + cand_ms) / 2e3 + draw_s
+    return int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
+
 
 class Timing:
     """Interleaved blocks of the two sides, each timed with the other stopped."""
@@ -127,15 +144,11 @@ class Timing:
         self.pools.stop_spares(admitted_only=self.pools.reference.device != "cpu")
         warm = max(1, s.warmup_iters)
         warm_seed = secrets.randbits(30)
-        ref_warm = self._block(ref, cand, 0, warm, flush_bytes, bound(warm), warm_seed)
-        cand_warm = self._block(cand, ref, 0, warm, flush_bytes, bound(warm), warm_seed)
-        # Calls per side from the reference's own clock and the candidate's wall time less the
-        # reference's overhead (a candidate cannot buy itself fewer calls by what it reports),
-        # plus the time a call's inputs take to draw.
-        overhead = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms)
-        cand_ms = max(cand_warm.reported_ms, cand_warm.wall_ms - overhead)
-        per_call_s = (ref_warm.reported_ms + cand_ms) / 2e3 / warm + draw_s
-        iters = int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
+        # The warm-up calls are timed (on each side's own clock), to size the blocks; the times
+        # are not the measurement.
+        ref_warm = self._block(ref, cand, warm, 0, flush_bytes, bound(warm), warm_seed)
+        cand_warm = self._block(cand, ref, warm, 0, flush_bytes, bound(warm), warm_seed)
+        iters = calls_per_side(ref_warm, cand_warm, warm, draw_s, s)
         rounds = max(1, min(s.timing_rounds, iters))
         per_block = math.ceil(iters / rounds)
         whole = set(range(rounds))

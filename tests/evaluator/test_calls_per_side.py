@@ -1,0 +1,73 @@
+"""How many calls a timing block holds: sized from the warm-up calls' times so that the timing
+budget, not ``max_iters``, bounds the phase (the warm-up blocks once timed no call, every job
+ran ``max_iters`` calls a side whatever a call took: 1018 calls of a 5.7 ms KernelBench problem
+on a 1 s budget, results/gpu/h200-session24/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.worker.evaluator import EvalSettings
+from services.worker.evaluator.interleaved import Block, calls_per_side
+
+HERE = Path(__file__).parent
+SETTINGS = EvalSettings.for_device("cpu", timing_budget_s=1.0, min_iters=5, max_iters=500)
+
+
+def _block(times: list[float], overhead_ms: float = 1.0, ranks: int = 2) -> Block:
+    """A block whose calls took ``times`` on every rank, with ``overhead_ms`` a call around them."""
+    return Block({r: list(times) for r in range(ranks)}, sum(times) + overhead_ms * len(times))
+
+
+def test_the_budget_sets_the_calls_from_the_median_call():
+    # A first call that compiles (500 ms) does not shrink the blocks: the median is 10 ms.
+    ref = _block([500.0, 10.0, 10.0, 10.0, 10.0])
+    cand = _block([800.0, 10.0, 10.0, 10.0, 10.0])
+    assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 100
+
+
+def test_a_faster_candidate_gets_the_calls_of_the_mean_of_both_sides():
+    ref, cand = _block([10.0] * 5), _block([2.0] * 5)
+    assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 167  # 1 s / 6 ms
+
+
+def test_input_draws_count_in_a_call():
+    ref, cand = _block([10.0] * 5), _block([10.0] * 5)
+    assert calls_per_side(ref, cand, 5, 0.010, SETTINGS) == 50
+
+
+def test_a_candidate_that_reports_slow_calls_gets_no_fewer_calls_than_its_wall_time_gives():
+    """Its own clock says 1 s a call; the judge's wall clock saw 10 ms (less the reference's
+    overhead): it gets the calls of 10 ms."""
+    ref = _block([10.0] * 5)
+    liar = Block({0: [1000.0] * 5}, 5 * 11.0)
+    assert calls_per_side(ref, liar, 5, 0.0, SETTINGS) == 100
+
+
+def test_a_candidate_that_reports_no_time_is_bounded_by_max_iters():
+    ref, cand = _block([0.5] * 5), Block({0: [0.0] * 5}, 5.0)
+    assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 500
+
+
+def test_the_slowest_rank_sizes_the_blocks():
+    ref = Block({0: [10.0] * 5, 1: [30.0] * 5}, 160.0)
+    cand = Block({0: [10.0] * 5, 1: [30.0] * 5}, 160.0)
+    assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 34
+
+
+def test_min_iters_holds_for_calls_longer_than_the_budget():
+    ref, cand = _block([2000.0] * 5), _block([2000.0] * 5)
+    assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 5
+
+
+@pytest.mark.parametrize("evaluator", ["cpu"], indirect=True)
+def test_an_evaluation_of_calls_over_10_ms_times_what_its_budget_holds(evaluator):
+    """The shared fast settings give 0.2 s a side: under 20 calls of 10 ms or more (one to three
+    a block over eight rounds), not the 100 of ``max_iters``."""
+    result = evaluator.evaluate(HERE / "workloads" / "steady_call.py", HERE / "candidates" / "steady_call_copy.py", world_size=2)
+    assert result.status == "correct", result.summary()
+    iters = {t.iters for t in [*result.timing.reference, *result.timing.candidate]}
+    assert len(iters) == 1 and 8 <= iters.pop() <= 24, result.timing
+    assert result.timing.clock_check.calls_per_block <= 4
