@@ -46,6 +46,13 @@ def test_a_candidate_that_reports_slow_calls_gets_no_fewer_calls_than_its_wall_t
     assert calls_per_side(ref, liar, 5, 0.0, SETTINGS) == 100
 
 
+def test_a_candidate_slow_in_its_warm_up_cuts_the_calls_by_half_at_most():
+    """Slow for real in the warm-up (its wall time agrees), fast afterwards: the blocks are sized
+    as if its calls took three of the reference's, half the calls the reference alone would get."""
+    ref = _block([10.0] * 5)
+    assert calls_per_side(ref, _block([1000.0] * 5), 5, 0.0, SETTINGS) == 50
+
+
 def test_a_candidate_that_reports_no_time_is_bounded_by_max_iters():
     ref, cand = _block([0.5] * 5), Block({0: [0.0] * 5}, 5.0)
     assert calls_per_side(ref, cand, 5, 0.0, SETTINGS) == 500

@@ -53,14 +53,22 @@ class Block:
         return max((statistics.median(t) for t in self.times.values() if t), default=0.0)
 
 
+#: In sizing the blocks, a candidate's call counts for at most this many of the reference's: a
+#: candidate slow in its warm-up calls alone cuts the calls to no fewer than the budget over the
+#: reference's call, halved (fewer calls a block would give the clock check's fixed slack, per
+#: block, a larger share of each call).
+SIZING_CAP = 3.0
+
+
 def calls_per_side(ref_warm: Block, cand_warm: Block, warm: int, draw_s: float, s: EvalSettings) -> int:
     """Timed calls per side that fill the timing budget, from the warm-up blocks of ``warm``
     timed calls: each side's median call on its own clock (a first call may compile), plus the
     time a call's inputs take to draw. The candidate's is at most its wall time per call less
     the reference's overhead per call, so reporting slow calls buys it no fewer calls than its
-    real calls would; reporting fast ones buys it more, up to ``max_iters``."""
+    real calls would, and at most ``SIZING_CAP`` times the reference's; reporting fast ones buys
+    it more, up to ``max_iters``."""
     overhead_ms = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms) / warm
-    cand_ms = min(cand_warm.median_ms, max(0.0, cand_warm.wall_ms / warm - overhead_ms))
+    cand_ms = min(cand_warm.median_ms, max(0.0, cand_warm.wall_ms / warm - overhead_ms), SIZING_CAP * ref_warm.median_ms)
     per_call_s = (ref_warm.median_ms + cand_ms) / 2e3 + draw_s
     return int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
 
