@@ -70,11 +70,16 @@ def test_min_iters_holds_for_calls_longer_than_the_budget():
 
 
 @pytest.mark.parametrize("evaluator", ["cpu"], indirect=True)
-def test_an_evaluation_of_calls_over_10_ms_times_what_its_budget_holds(evaluator):
-    """The shared fast settings give 0.2 s a side: under 20 calls of 10 ms or more (one to three
-    a block over eight rounds), not the 100 of ``max_iters``."""
+def test_an_evaluation_of_slow_calls_times_what_its_budget_holds(evaluator):
+    """The shared fast settings give 0.2 s a side: for calls of ~10 ms, about 20 (a few a block
+    over eight rounds), not the 100 of ``max_iters`` (the old warm-up gave 64)."""
     result = evaluator.evaluate(HERE / "workloads" / "steady_call.py", HERE / "candidates" / "steady_call_copy.py", world_size=2)
     assert result.status == "correct", result.summary()
-    iters = {t.iters for t in [*result.timing.reference, *result.timing.candidate]}
-    assert len(iters) == 1 and 8 <= iters.pop() <= 24, result.timing
-    assert result.timing.clock_check.calls_per_block <= 4
+    timing = result.timing
+    iters = {t.iters for t in [*timing.reference, *timing.candidate]}
+    assert len(iters) == 1, timing
+    calls = iters.pop()
+    # What the budget holds at the calls' measured medians (warm-up and timed calls run alike):
+    # within a factor of two, for the noise of a warm-up of five calls on a loaded machine.
+    wanted = 200.0 / ((timing.reference_ms + timing.candidate_ms) / 2)
+    assert calls < 100 and wanted / 2 <= calls <= 2 * wanted + 8, (calls, wanted, timing)

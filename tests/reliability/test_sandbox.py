@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
@@ -583,6 +584,14 @@ def _spawn_launcher(tmp_path: Path, plan: sandbox.Plan, code: str, user=None) ->
     read, write = os.pipe()
     plan = replace(plan, status_fd=write, parent=os.getpid())
     sandbox_file = sandbox.LAUNCHER
+    if user:
+        # Another user must read the launcher: a checkout under a mode-700 home (/root) hides it.
+        readable = Path(tempfile.mkdtemp(prefix="kloom-launcher-"))
+        readable.chmod(0o755)
+        for module in (sandbox.LAUNCHER, sandbox_view.__file__):  # the launcher and what it imports
+            shutil.copyfile(module, readable / Path(module).name)
+            os.chmod(readable / Path(module).name, 0o644)
+        sandbox_file = str(readable / Path(sandbox.LAUNCHER).name)
     kwargs = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if user else {}
     proc = subprocess.Popen(
         [SYSTEM_PYTHON, sandbox_file, json.dumps(asdict(plan)), "--", SYSTEM_PYTHON, "-c", code],
@@ -591,6 +600,8 @@ def _spawn_launcher(tmp_path: Path, plan: sandbox.Plan, code: str, user=None) ->
     )
     os.close(write)
     report = sandbox._read_report(read, 30)
+    if user:
+        shutil.rmtree(Path(sandbox_file).parent, ignore_errors=True)  # read by the launcher by now
     assert report == "ok", report
     return proc
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 class ModelNew(nn.Module):
     def forward(self, x):
         z = torch.full((256, 256), 0.01)
-        for _ in range(12):  # about 1 ms each on one core
+        for _ in range(24):  # about 0.5 ms each on one core
             z = torch.tanh(z @ z)
         y = x * 2 + 0 * z[0, 0]
         dist.all_reduce(y)
