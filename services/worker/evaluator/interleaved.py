@@ -48,6 +48,11 @@ class Block:
         return max(sum(t) for t in self.times.values())
 
     @property
+    def unaccounted_ms(self) -> float:
+        """The judge's wall time of the block less what the side's clock reported."""
+        return self.wall_ms - self.reported_ms
+
+    @property
     def median_ms(self) -> float:
         """The slowest rank's median call (0 for a block of no timed calls)."""
         return max((statistics.median(t) for t in self.times.values() if t), default=0.0)
@@ -67,7 +72,7 @@ def calls_per_side(ref_warm: Block, cand_warm: Block, warm: int, draw_s: float, 
     the reference's overhead per call, so reporting slow calls buys it no fewer calls than its
     real calls would, and at most ``SIZING_CAP`` times the reference's; reporting fast ones buys
     it more, up to ``max_iters``."""
-    overhead_ms = max(0.0, ref_warm.wall_ms - ref_warm.reported_ms) / warm
+    overhead_ms = max(0.0, ref_warm.unaccounted_ms) / warm
     cand_ms = min(cand_warm.median_ms, max(0.0, cand_warm.wall_ms / warm - overhead_ms), SIZING_CAP * ref_warm.median_ms)
     per_call_s = (ref_warm.median_ms + cand_ms) / 2e3 + draw_s
     return int(min(s.max_iters, max(s.min_iters, math.ceil(s.timing_budget_s / max(per_call_s, 1e-6)))))
@@ -289,8 +294,8 @@ class Timing:
         block time, plus ``clock_overhead_slack`` of the reference's unaccounted time, plus
         ``clock_slack_ms``."""
         ref, cand = blocks["reference"], blocks["candidate"]
-        ref_over = [b.wall_ms - b.reported_ms for b in ref]
-        cand_over = [b.wall_ms - b.reported_ms for b in cand]
+        ref_over = [b.unaccounted_ms for b in ref]
+        cand_over = [b.unaccounted_ms for b in cand]
         excess = sorted(c - r for c, r in zip(cand_over, ref_over))
         median_excess = excess[len(excess) // 2]
         cand_wall = statistics.median(b.wall_ms for b in cand)
