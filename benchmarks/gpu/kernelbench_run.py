@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 MODES = ("eager", "default", "max-autotune")
 FIRST_ESTIMATE_S = 90.0  # before any problem has run: the time one is expected to take
 MARGIN_S = 15.0
+RECENT = 10  # problems whose median time decides whether the next one still fits
 
 
 def read_rows(paths: list[Path]) -> dict[str, dict]:
@@ -107,16 +108,17 @@ def main() -> int:
     if args.limit is not None:
         todo = todo[: args.limit]
     print(f"{len(imported)} imported, {len(rejected)} not imported, {len(todo)} to run in this call", flush=True)
-    # What a problem takes, from every one measured so far (this call's and earlier calls'): a
-    # call starts the next problem while the typical time still fits. Waiting for the slowest
-    # left a third of some calls unused; a problem that then runs past the budget is retried
-    # first in the next call.
+    # What a problem takes, from the most recent ones measured (this call's and the calls' before
+    # it, in the order they ran): a call starts the next problem while the typical time still
+    # fits. Waiting for the slowest left a third of some calls unused, and the median of every
+    # problem ever measured kept the times of an older, slower judge; a problem that then runs
+    # past the budget is retried first in the next call.
     took_s = [float(r["took_s"]) for r in rows.values() if r.get("status") == "measured" and r.get("took_s")]
     for w in todo:
         left = args.budget_s - (time.monotonic() - started)
-        typical = statistics.median(took_s) if took_s else FIRST_ESTIMATE_S
+        typical = statistics.median(took_s[-RECENT:]) if took_s else FIRST_ESTIMATE_S
         if left < typical + MARGIN_S:
-            print(f"stopping: {left:.0f} s left, a problem takes {typical:.0f} s (median of {len(took_s)})", flush=True)
+            print(f"stopping: {left:.0f} s left, a problem takes {typical:.0f} s (median of the last {len(took_s[-RECENT:])})", flush=True)
             break
         t0 = time.monotonic()
         row = run_child(w, args, timeout_s=left - MARGIN_S)
