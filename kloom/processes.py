@@ -1,11 +1,14 @@
-"""Processes as Linux shows them in ``/proc``: a process's live children and descendants, whether
-its threads are stopped, its CPU time; killing a tree of them; the tail of a rank's log; and the
-environment every multi-rank launch forces (NVLink multicast off).
+"""Rank processes: starting one (``start_process``, the one place kloom starts a rank or the
+sandbox launcher of one), ending one with everything it started (``kill_tree``, ``reap``), and
+reading them as Linux shows them in ``/proc`` (live children and descendants, whether their
+threads are stopped, their CPU time); the tail of a rank's log; and the environment every
+multi-rank launch forces (NVLink multicast off).
 
-Shared by everything that starts rank processes: the evaluator's pool (a sandboxed pool kept
-warm, which uses the /proc readers), and the one-shot launches, the profiler's and the roofline's
-collective benchmark, which start their N processes and wait for them with ``run_ranks``. The
-standard library only, so that the profiler's launcher imports nothing else.
+Shared by everything that starts rank processes: the evaluator's warm pools (each rank started
+through the sandbox's launcher, ``services/worker/evaluator/sandbox.py``), the profiler's
+sandboxed launch, and the one-shot launches (the profiler's ranks inside that sandbox, the
+roofline's collective benchmark), which start their N processes and wait for them with
+``run_ranks``. The standard library only, so that the profiler's launcher imports nothing else.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ def child_pids(pid: int | None = None) -> list[int]:
                 continue
     except OSError:
         return []
-    alive = []
-    for child in children:
-        fields = _stat_fields(f"/proc/{child}/stat")
-        if fields and fields[0] != "Z":
-            alive.append(child)
-    return alive
+    return [child for child in children if alive(child)]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    return bool(fields) and fields[0] != "Z"
 
 
 def descendants(pid: int) -> list[int]:
@@ -56,6 +60,32 @@ def descendants(pid: int) -> list[int]:
                 found.append(child)
                 todo.append(child)
     return found
+
+
+def start_process(argv: list[str], *, env: dict[str, str] | None, cwd: str | os.PathLike, log: IO[bytes] | int,
+                  new_session: bool = False, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """Start ``argv`` as a rank process (or a rank's launcher): no standard input, its output and
+    errors both to ``log`` (an open file), with exactly ``env`` (None: this process's), and, with
+    ``new_session``, in a session and process group of its own, so that signals for the group
+    reach everything it starts. ``pass_fds`` stay open in it (a launcher's status pipe)."""
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=new_session, pass_fds=pass_fds)
+
+
+def reap(procs: list[subprocess.Popen], wait_s: float = 10.0) -> None:
+    """Wait up to ``wait_s`` for each of ``procs`` to exit (once killed), so that none is left a
+    zombie; one that does not exit in time is left to the caller's cleanup."""
+    for proc in procs:
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def end_tree(proc: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """Kill ``proc`` and everything descended from it (``kill_tree``), and reap it."""
+    kill_tree(proc.pid)
+    reap([proc], wait_s)
 
 
 def kill_tree(pid: int) -> None:
@@ -169,8 +199,7 @@ def run_ranks(argv: Callable[[int], list[str]], world_size: int, *, env: Callabl
     timed_out = False
     try:
         for rank in range(world_size):
-            procs.append(subprocess.Popen(argv(rank), env=env(rank), cwd=cwd, stdin=subprocess.DEVNULL, stdout=logs(rank),
-                                          stderr=subprocess.STDOUT))
+            procs.append(start_process(argv(rank), env=env(rank), cwd=cwd, log=logs(rank)))
         deadline = time.monotonic() + timeout_s if timeout_s else None
         grace_until: float | None = None
         while True:
@@ -193,9 +222,5 @@ def run_ranks(argv: Callable[[int], list[str]], world_size: int, *, env: Callabl
         for proc in procs:
             if proc.poll() is None:
                 kill_tree(proc.pid)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+        reap(procs)
     return RanksOutcome(codes=codes + [None] * (world_size - len(codes)), timed_out=timed_out)

@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
-from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, wait_stopped
+from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, reap, wait_stopped
 
 from . import sandbox
 from .pool_replies import PoolFailure, Replies
@@ -264,11 +264,7 @@ class RankPool:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+        reap(self.procs)
         for conn in self.conns.values():
             conn.close()
         self.procs, self.conns = [], {}

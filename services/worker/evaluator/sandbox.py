@@ -23,6 +23,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from kloom.processes import start_process
+
 from . import sandbox_launcher, sandbox_view
 from .sandbox_cgroup import PoolCgroup, cgroup_controllers, owner_alive
 from .sandbox_env import compiler_cache_dir, package_root, python_executable, rank_environment
@@ -173,16 +175,8 @@ class PoolIsolation:
         status_read, status_write = os.pipe()
         log = open(log_path, "wb")
         try:
-            proc = subprocess.Popen(
-                self.command(rank, status_write, argv),
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(status_write,),
-            )
+            proc = start_process(self.command(rank, status_write, argv), env=env, cwd=cwd, log=log, new_session=True,
+                                 pass_fds=(status_write,))
         except BaseException:
             os.close(status_read)
             raise

@@ -17,15 +17,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kloom.processes import NO_MULTICAST, kill_tree, log_tail, run_ranks
+from kloom.processes import NO_MULTICAST, run_ranks
 
 #: How long the other ranks get to finish after one failed before they are killed (they are
 #: typically waiting in a collective for the rank that failed).
@@ -117,43 +115,6 @@ def launch(spec: LaunchSpec, timeout_s: float | None = None) -> int:
     if outcome.timed_out:
         return TIMEOUT_EXIT
     return 0 if outcome.ok else 1
-
-
-@dataclass
-class RunOutcome:
-    """How an isolated command ended."""
-
-    returncode: int | None
-    timed_out: bool
-    seconds: float
-    output: str = ""
-
-
-def run_isolated(cmd: list[str], *, env: dict[str, str], timeout_s: float, log_path: str | os.PathLike, cwd: str | None = None) -> RunOutcome:
-    """Run ``cmd`` in a session of its own under a hard timeout; on expiry kill it and every
-    process it started. Output goes to ``log_path``; its last 20 kB come back in ``output``."""
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        timed_out = False
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            kill_tree(proc.pid)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-    return RunOutcome(
-        returncode=None if timed_out else proc.returncode,
-        timed_out=timed_out,
-        seconds=time.monotonic() - started,
-        output=log_tail(log_path, 20_000),
-    )
 
 
 def _parse_args(argv: list[str] | None) -> tuple[LaunchSpec, float | None]:

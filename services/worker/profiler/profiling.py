@@ -38,10 +38,10 @@ from services.worker.evaluator.settings import EvalSettings
 
 from . import ncu as N
 from . import timeline as tl
-from .launch import LaunchSpec, RunOutcome, command, rank_output
+from .launch import LaunchSpec, command, rank_output
 from .nvml import NvmlSampler
 from .records import KernelStat, Profile, RankTimeline
-from .sandboxed import run_sandboxed
+from .sandboxed import RunOutcome, run_sandboxed
 from .settings import ProfileSettings
 
 #: Time allowed for exporting a saved ncu report to CSV.

@@ -17,12 +17,22 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 
-from kloom.processes import kill_tree, log_tail
+from kloom.processes import end_tree, log_tail
 from services.worker.evaluator import sandbox
 from services.worker.evaluator.settings import EvalSettings
 
-from .launch import RunOutcome
+
+@dataclass
+class RunOutcome:
+    """How a sandboxed command ended."""
+
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    output: str = ""
+
 
 #: The processes of a profiling pool beyond its ranks: the launcher and ncu.
 EXTRA_PROCESSES = 2
@@ -69,11 +79,7 @@ def run_sandboxed(
                           output=f"the profiling sandbox could not be set up: {exc}")
     finally:
         if proc is not None:
-            kill_tree(proc.pid)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
+            end_tree(proc)
         isolation.release()
 
 
