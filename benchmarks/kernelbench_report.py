@@ -133,15 +133,17 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         "interleaved measurement (95% interval); memory: the device's peak above idle while kloom's job ran, beside",
         "the bound of issue 21 (the largest, over the job's evaluations, of the reference's allocator peak + the candidate's +",
         "one copy of the outputs; the pools' CUDA contexts, ~0.6 GiB a process, come on top), the reference's own (eager, same",
-        "instrument) and the torch allocator's peak for the reference.",
+        "instrument) and the torch allocator's peak for the reference. The evaluator's processes: the most device memory",
+        "its own processes held together in one NVML sample (contexts and allocator pools included), and how many there were",
+        "(rows measured before NVML's per-process memory was read show '-').",
         "",
-        "| problem | eager | compile | max-autotune | kloom ref / best | kloom speedup (95% CI) | outcome | made by | job s | mem kloom / bound / ref / ref alloc GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| problem | eager | compile | max-autotune | kloom ref / best | kloom speedup (95% CI) | outcome | made by | job s | mem kloom / bound / ref / ref alloc GiB | evaluator's processes GiB (n) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: r["workload"]):
         name = r["workload"] + (f" ({_short(r.get('device'))})" if len(report.get("devices") or {}) > 1 else "")
         if r.get("status") != "measured":
-            lines.append(f"| {name} | {r.get('status')}: {(r.get('reason') or '')[:160]} | | | | | | | | |")
+            lines.append(f"| {name} | {r.get('status')}: {(r.get('reason') or '')[:160]} | | | | | | | | | |")
             continue
         k = r.get("kloom") or {}
         ci = k.get("speedup_ci")
@@ -153,6 +155,8 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         mem_k = ((k.get("device_memory") or {}).get("above_idle_gib"))
         ref_mem = r.get("reference_memory") or {}
         mem_r = (ref_mem.get("device") or {}).get("above_idle_gib")
+        pools = k.get("pool_processes")
+        pools = f"{pools['gib']:.2f} ({pools['processes']})" if pools else "-"
 
         def mode(m: str) -> str:
             e = (r.get("modes") or {}).get(m) or {}
@@ -165,7 +169,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         lines.append(
             f"| {name} | {mode('eager')} | {mode('default')} | {mode('max-autotune')} | "
             f"{_f(k.get('reference_ms'), '.4g')} / {_f(k.get('best_ms'), '.4g')} | {speed} | {k.get('outcome', '-')} | "
-            f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(k.get('evaluator_bound_gib'), '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} |"
+            f"{(k.get('made_by') if won else 'reference' if k.get('correct') else None) or '-'} | {_f(k.get('job_wall_s'), '.0f')} | {_f(mem_k, '.2f')} / {_f(k.get('evaluator_bound_gib'), '.2f')} / {_f(mem_r, '.2f')} / {_f(ref_mem.get('allocator_peak_gib'), '.2f')} | {pools} |"
         )
     failed = [r for r in rows if r.get("status") == "measured" and not (r.get("kloom") or {}).get("correct")]
     if failed:

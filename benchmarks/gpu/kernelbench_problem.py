@@ -256,6 +256,7 @@ def run_kloom(row: dict, args, save) -> None:
         "job_wall_s": round(time.monotonic() - t0, 1),
         "device_memory": seen.gib(),
         "evaluator_bound_gib": evaluator_bound(traj),
+        "pool_processes": pool_processes(traj),
     }
     save()
 
@@ -266,6 +267,21 @@ def evaluator_bound(traj) -> float | None:
     bounds = [m.reference_peak_bytes + m.candidate_peak_bytes + m.output_bytes
               for s in traj.steps if s.evaluation is not None and (m := s.evaluation.memory) is not None]
     return round(max(bounds) / GIB, 3) if bounds else None
+
+
+def pool_processes(traj) -> dict | None:
+    """The most device memory the evaluator's own processes held together in one NVML sample,
+    over the job's evaluations, with how many processes there were then: CUDA contexts and
+    allocator pools, which ``evaluator_bound`` leaves out (``our_processes`` of the evaluation's
+    NVML summary, docs/profiling.md); None where NVML gave no per-process memory."""
+    seen = [ours for s in traj.steps if s.evaluation is not None
+            for dev in ((s.evaluation.environment.get("nvml") or {}).get("devices") or {}).values()
+            if (ours := dev.get("our_processes"))]
+    if not seen:
+        return None
+    top = max(seen, key=lambda o: o["most_together_gib"])
+    return {"gib": round(top["most_together_gib"], 3), "processes": top["processes_then"],
+            "largest_gib": round(max(max(o["max_gib_by_pid"].values()) for o in seen), 3)}
 
 
 def main() -> int:

@@ -340,6 +340,25 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def _our_memory(rows: list[dict[str, Any]], ours: set[int]) -> dict[str, Any]:
+    """How much device memory this process's own processes used (NVML's per-process count: each
+    one's CUDA context, its allocator's pool, its libraries' buffers; what the allocator peaks
+    that the evaluator records do not see): the largest any of them used, by PID, and the most
+    they used together in one sample, with how many there were then. Empty where NVML gave no
+    per-process memory."""
+    by_pid: dict[str, float] = {}
+    most, count = 0.0, 0
+    for r in rows:
+        used = {pid: b / 2**30 for pid, b in (r.get("process_memory") or {}).items() if int(pid) in ours}
+        for pid, gib in used.items():
+            by_pid[pid] = max(by_pid.get(pid, 0.0), gib)
+        if sum(used.values()) > most:
+            most, count = sum(used.values()), len(used)
+    if not by_pid:
+        return {}
+    return {"max_gib_by_pid": by_pid, "most_together_gib": most, "processes_then": count}
+
+
 def summarise_samples(samples: dict[int, list[dict[str, Any]]], ownership: dict[int, str], interval_s: float) -> dict[str, Any]:
     """The summary of NVML samples per GPU (``NvmlSampler.summary``'s arithmetic).
 
@@ -373,6 +392,9 @@ def summarise_samples(samples: dict[int, list[dict[str, Any]]], ownership: dict[
         pids = sorted({p for r in rows for p in r.get("pids", [])})
         out["other_processes"] = [p for p in pids if ownership.get(p) == "other"]
         out["unattributed_processes"] = [p for p in pids if ownership.get(p) == "unattributed"]
+        ours = _our_memory(rows, {p for p in pids if ownership.get(p) == "ours"})
+        if ours:
+            out["our_processes"] = ours
         if out["other_processes"]:
             flags.append(f"gpu_busy_with_another_process: GPU {index}: pid {', '.join(map(str, out['other_processes']))}")
         devices[str(index)] = out

@@ -8,8 +8,9 @@ not the cause there: driver 580 writes 24-byte records, as the binding expects
 (``benchmarks/gpu/nvml_stride.py``, ``results/gpu/h200x2-session19/``). It is kept as a guard
 for a binding newer or older than the driver. Here the buffer is sized for records far larger
 than any NVML version's, filled with a sentinel first, and the stride the driver used is read
-from how many bytes it wrote. Only each record's first field (the PID, at offset 0 in every
-version) is used.
+from how many bytes it wrote. Of each record only the first two fields are read, which every
+version has at the same offsets: the PID (offset 0) and the device memory the process uses
+(``usedGpuMemory``, offset 8: its CUDA context, its allocator's pool, its libraries' buffers).
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ _SENTINEL = 0xAA
 _SYMBOLS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")
 
 
-def pids_from(raw: bytes, count: int) -> list[int]:
-    """The PIDs in ``count`` records the driver wrote at the start of a sentinel-filled ``raw``."""
+#: ``usedGpuMemory`` where the driver cannot say (NVML_VALUE_NOT_AVAILABLE).
+_NOT_AVAILABLE = 2**64 - 1
+
+
+def processes_from(raw: bytes, count: int) -> list[tuple[int, int | None]]:
+    """(PID, device memory in bytes or None where the driver cannot say) of the ``count``
+    records the driver wrote at the start of a sentinel-filled ``raw``."""
     if count <= 0:
         return []
     written = len(raw.rstrip(bytes([_SENTINEL])))
@@ -33,7 +39,17 @@ def pids_from(raw: bytes, count: int) -> list[int]:
     stride = (-(-written // count) + 7) // 8 * 8 or 8
     if stride * count > len(raw):
         raise ValueError(f"the driver wrote {written} bytes for {count} records: more than reserved")
-    return [struct.unpack_from("I", raw, i * stride)[0] for i in range(count)]
+    out = []
+    for i in range(count):
+        pid = struct.unpack_from("I", raw, i * stride)[0]
+        used = struct.unpack_from("Q", raw, i * stride + 8)[0] if stride >= 16 else _NOT_AVAILABLE
+        out.append((pid, None if used == _NOT_AVAILABLE else used))
+    return out
+
+
+def pids_from(raw: bytes, count: int) -> list[int]:
+    """The PIDs in ``count`` records the driver wrote at the start of a sentinel-filled ``raw``."""
+    return [pid for pid, _ in processes_from(raw, count)]
 
 
 def compute_pids(nv, handle, attempts: int = 4) -> list[int]:
@@ -41,6 +57,12 @@ def compute_pids(nv, handle, attempts: int = 4) -> list[int]:
 
     Raises ``nv.NVMLError`` as the binding's own query does (not supported, GPU lost, ...).
     """
+    return [pid for pid, _ in compute_processes(nv, handle, attempts)]
+
+
+def compute_processes(nv, handle, attempts: int = 4) -> list[tuple[int, int | None]]:
+    """(PID, device memory in bytes or None) of each compute process on ``handle``; raises as
+    ``compute_pids``."""
     fn = None
     for symbol in _SYMBOLS:
         try:
@@ -62,5 +84,5 @@ def compute_pids(nv, handle, attempts: int = 4) -> list[int]:
         count.value = capacity
         ret = fn(handle, ctypes.byref(count), buffer)
         if ret == nv.NVML_SUCCESS:
-            return pids_from(buffer.raw[: capacity * RECORD_BYTES_MAX], count.value)
+            return processes_from(buffer.raw[: capacity * RECORD_BYTES_MAX], count.value)
     raise nv.NVMLError(ret)

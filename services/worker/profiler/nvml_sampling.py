@@ -24,7 +24,7 @@ import sys
 import time
 
 from services.worker.profiler.nvml import NvmlUnavailable, _active_links, _open, _try, visible_handles
-from services.worker.profiler.nvml_pids import compute_pids
+from services.worker.profiler.nvml_pids import compute_processes
 from services.worker.profiler.nvml_quiet import sampling_allowed
 
 _NVLINK_TX, _NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX, KiB counters
@@ -48,7 +48,8 @@ def _nvlink_kib(nv, handle, links: list[int]) -> tuple[float | None, float | Non
 
 
 def sample(nv, handle, links: list[int]) -> dict:
-    """One GPU's sample: utilisation, memory, clocks, power, temperature, NVLink counters, PIDs."""
+    """One GPU's sample: utilisation, memory, clocks, power, temperature, NVLink counters, the
+    compute processes and the device memory each uses."""
     util = _try(nv.nvmlDeviceGetUtilizationRates, handle)
     memory = _try(nv.nvmlDeviceGetMemoryInfo, handle)
     power = _try(nv.nvmlDeviceGetPowerUsage, handle)
@@ -56,6 +57,7 @@ def sample(nv, handle, links: list[int]) -> dict:
     if reasons is None:
         reasons = _try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
     tx, rx = _nvlink_kib(nv, handle, links)
+    processes = _try(compute_processes, nv, handle, default=[])
     return {
         "gpu_util_pct": util.gpu if util is not None else None,
         "mem_util_pct": util.memory if util is not None else None,
@@ -67,7 +69,9 @@ def sample(nv, handle, links: list[int]) -> dict:
         "clock_event_reasons": int(reasons) if reasons is not None else 0,
         "nvlink_tx_kib": tx,
         "nvlink_rx_kib": rx,
-        "pids": sorted(set(_try(compute_pids, nv, handle, default=[]))),
+        "pids": sorted({pid for pid, _ in processes}),
+        # Device memory per process (JSON keys are strings): a context's share beside its tensors.
+        "process_memory": {str(pid): used for pid, used in processes if used is not None},
     }
 
 

@@ -108,3 +108,23 @@ def test_a_tight_budget_starts_nothing(tmp_path):
     out = _run("benchmarks/gpu/kernelbench_run.py", "--kernelbench", str(tmp_path), "--device", "cpu", "--levels", "1", "--out", str(tmp_path / "o"), "--budget-s", "20", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "stopping:" in out.stdout and "0/1 problems settled" in out.stdout
+
+
+def test_a_rows_pool_processes_are_the_most_the_evaluators_processes_held_together():
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("kernelbench_problem", ROOT / "benchmarks/gpu/kernelbench_problem.py")
+    problem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(problem)
+
+    def step(*devices):
+        nvml = {"devices": {str(i): d for i, d in enumerate(devices)}}
+        return SimpleNamespace(evaluation=SimpleNamespace(environment={"nvml": nvml}))
+
+    ours = lambda gib, n, top: {"our_processes": {"max_gib_by_pid": {"1": top}, "most_together_gib": gib, "processes_then": n}}
+    traj = SimpleNamespace(steps=[step(ours(2.5, 2, 1.5)), SimpleNamespace(evaluation=None), step({}, ours(4.25, 3, 2.0)), step(ours(1.0, 1, 1.0))])
+    assert problem.pool_processes(traj) == {"gib": 4.25, "processes": 3, "largest_gib": 2.0}
+    # On the CPU, or where NVML gives no per-process memory: nothing, not a zero.
+    assert problem.pool_processes(SimpleNamespace(steps=[step({}), SimpleNamespace(evaluation=None)])) is None
+    assert problem.pool_processes(SimpleNamespace(steps=[SimpleNamespace(evaluation=SimpleNamespace(environment={"nvml": {"status": "unavailable"}}))])) is None

@@ -100,6 +100,20 @@ def test_summary_flags_throttled_clocks_and_another_process():
     assert out["flags"] == ["clocks_throttled: GPU 0: sw_power_cap", "gpu_busy_with_another_process: GPU 1: pid 777"]
 
 
+def test_summary_counts_the_device_memory_of_our_processes_alone():
+    gib = 2**30
+    samples = {0: [
+        _sample(0.0, pids=[100, 101, 777], process_memory={"100": 1 * gib, "101": 2 * gib, "777": 50 * gib}),
+        _sample(0.1, pids=[100, 101, 102, 777], process_memory={"100": 3 * gib, "101": 1 * gib, "102": 1 * gib, "777": 50 * gib}),
+        _sample(0.2, pids=[100], process_memory={"100": 2 * gib}),
+    ], 1: [_sample(0.0, pids=[100])]}
+    out = summarise_samples(samples, {100: "ours", 101: "ours", 102: "ours", 777: "other"}, 0.1)
+    ours = out["devices"]["0"]["our_processes"]
+    assert ours["max_gib_by_pid"] == {"100": 3.0, "101": 2.0, "102": 1.0}
+    assert ours["most_together_gib"] == 5.0 and ours["processes_then"] == 3
+    assert "our_processes" not in out["devices"]["1"]  # no per-process memory given
+
+
 class _FourGpuNvml:
     """NVML's device queries as a 4-GPU machine answers them (handles are NVML indices)."""
 
@@ -206,6 +220,21 @@ def test_compute_pids_reads_records_of_any_size_without_writing_past_its_buffer(
 
     driver = _Driver(record, [101, 202, 303])
     assert compute_pids(driver, handle=None) == [101, 202, 303]
+
+
+@pytest.mark.parametrize("record", [16, 24, 32, 40])
+def test_compute_processes_reads_each_processs_device_memory_beside_its_pid(record):
+    from services.worker.profiler.nvml_pids import compute_processes
+
+    assert compute_processes(_Driver(record, [101, 202]), handle=None) == [(101, 123), (202, 123)]
+
+
+def test_device_memory_the_driver_cannot_give_is_none_not_a_number():
+    from services.worker.profiler.nvml_pids import processes_from
+
+    records = b"".join(pid.to_bytes(4, "little") + bytes(4) + used.to_bytes(8, "little") + bytes(8)
+                       for pid, used in ((5, 2**64 - 1), (6, 3 * 2**30)))
+    assert processes_from(records + b"\xaa" * 200, 2) == [(5, None), (6, 3 * 2**30)]
 
 
 def test_compute_pids_when_processes_start_between_the_two_calls():
