@@ -8,5 +8,5 @@ print("nvidia-ml-py record", ctypes.sizeof(nv.c_nvmlProcessInfo_t), "driver", nv
 fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
 c = ctypes.c_uint(64); buf = ctypes.create_string_buffer(b"\xaa" * 4096)
 print("ret", fn(h, ctypes.byref(c), buf), "count", c.value, "written", len(buf.raw[:4096].rstrip(b"\xaa")))
-print("ours", P.compute_pids(nv, h), "pids", [b.pid for b in busy])
+print("ours", [pid for pid, _ in P.compute_processes(nv, h)], "pids", [b.pid for b in busy])
 for b in busy: b.kill()

@@ -352,8 +352,9 @@ def _our_memory(rows: list[dict[str, Any]], ours: set[int]) -> dict[str, Any]:
         used = {pid: b / 2**30 for pid, b in (r.get("process_memory") or {}).items() if int(pid) in ours}
         for pid, gib in used.items():
             by_pid[pid] = max(by_pid.get(pid, 0.0), gib)
-        if sum(used.values()) > most:
-            most, count = sum(used.values()), len(used)
+        together = sum(used.values())
+        if together > most:
+            most, count = together, len(used)
     if not by_pid:
         return {}
     return {"max_gib_by_pid": by_pid, "most_together_gib": most, "processes_then": count}

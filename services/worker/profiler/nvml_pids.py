@@ -47,22 +47,12 @@ def processes_from(raw: bytes, count: int) -> list[tuple[int, int | None]]:
     return out
 
 
-def pids_from(raw: bytes, count: int) -> list[int]:
-    """The PIDs in ``count`` records the driver wrote at the start of a sentinel-filled ``raw``."""
-    return [pid for pid, _ in processes_from(raw, count)]
-
-
-def compute_pids(nv, handle, attempts: int = 4) -> list[int]:
-    """The PIDs of the compute processes on ``handle`` (pynvml module ``nv``, initialised).
+def compute_processes(nv, handle, attempts: int = 4) -> list[tuple[int, int | None]]:
+    """(PID, device memory in bytes or None) of each compute process on ``handle`` (pynvml module
+    ``nv``, initialised).
 
     Raises ``nv.NVMLError`` as the binding's own query does (not supported, GPU lost, ...).
     """
-    return [pid for pid, _ in compute_processes(nv, handle, attempts)]
-
-
-def compute_processes(nv, handle, attempts: int = 4) -> list[tuple[int, int | None]]:
-    """(PID, device memory in bytes or None) of each compute process on ``handle``; raises as
-    ``compute_pids``."""
     fn = None
     for symbol in _SYMBOLS:
         try:

@@ -215,11 +215,11 @@ class _Driver:
 
 
 @pytest.mark.parametrize("record", [16, 24, 32, 40])
-def test_compute_pids_reads_records_of_any_size_without_writing_past_its_buffer(record):
-    from services.worker.profiler.nvml_pids import compute_pids
+def test_compute_processes_reads_records_of_any_size_without_writing_past_its_buffer(record):
+    from services.worker.profiler.nvml_pids import compute_processes
 
     driver = _Driver(record, [101, 202, 303])
-    assert compute_pids(driver, handle=None) == [101, 202, 303]
+    assert [pid for pid, _ in compute_processes(driver, handle=None)] == [101, 202, 303]
 
 
 @pytest.mark.parametrize("record", [16, 24, 32, 40])
@@ -237,19 +237,19 @@ def test_device_memory_the_driver_cannot_give_is_none_not_a_number():
     assert processes_from(records + b"\xaa" * 200, 2) == [(5, None), (6, 3 * 2**30)]
 
 
-def test_compute_pids_when_processes_start_between_the_two_calls():
-    from services.worker.profiler.nvml_pids import compute_pids
+def test_compute_processes_when_processes_start_between_the_two_calls():
+    from services.worker.profiler.nvml_pids import compute_processes
 
     driver = _Driver(32, [7], grow_to=list(range(1, 40)))
-    assert compute_pids(driver, handle=None) == list(range(1, 40))
-    assert compute_pids(_Driver(32, []), handle=None) == []
+    assert [pid for pid, _ in compute_processes(driver, handle=None)] == list(range(1, 40))
+    assert compute_processes(_Driver(32, []), handle=None) == []
 
 
-def test_pids_from_survives_a_last_field_that_ends_like_the_sentinel():
-    from services.worker.profiler.nvml_pids import pids_from
+def test_processes_from_survives_a_last_field_that_ends_like_the_sentinel():
+    from services.worker.profiler.nvml_pids import processes_from
 
     records = b"".join(pid.to_bytes(4, "little") + bytes(20) + b"\x01\x00\x00\x00\x00\xaa\xaa\xaa" for pid in (5, 6))
-    assert pids_from(records + b"\xaa" * 200, 2) == [5, 6]
+    assert [pid for pid, _ in processes_from(records + b"\xaa" * 200, 2)] == [5, 6]
 
 
 # --- a crash inside NVML ends the sampling, not the caller -------------------------------------
