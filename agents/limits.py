@@ -7,10 +7,16 @@ import time
 from .records import Limits, Usage
 
 
-#: The allowance past the wall-time limit of a baseline or a fallback step (``Budget.essential_s``):
-#: on a CPU, the reference's copy on warm ranks takes 3-10 s; on a GPU, 3-5 s (PKB at world size 2).
-ESSENTIAL_MIN_S = 30.0
-ESSENTIAL_SHARE = 0.5
+#: What a job without a correct kernel keeps of its wall time for its one fallback step (the
+#: reference's copy), as a multiple of what its baseline took: the copy runs the reference's code
+#: on both sides, through trials and the interleaved timing that the baseline ran once on one side.
+#: An estimate only; the limit itself is what no evaluation outlasts.
+FALLBACK_RESERVE_FACTOR = 3.0
+
+
+def fallback_reserve_s(baseline_seconds: float | None) -> float:
+    """The wall time kept for the fallback step of a job whose baseline took ``baseline_seconds``."""
+    return FALLBACK_RESERVE_FACTOR * max(0.0, baseline_seconds or 0.0)
 
 
 class LimitReached(Exception):
@@ -28,6 +34,9 @@ class Budget:
         self.spent = spent or Usage()
         self.steps_done = steps_done
         self.started = time.monotonic() if started is None else started
+        #: Wall time kept for the fallback step while the job has no correct kernel (set from the
+        #: baseline: ``fallback_reserve_s``); the loop decides when it is held.
+        self.reserve_s = 0.0
 
     def charge(self, usage: Usage) -> None:
         self.spent = self.spent.add(usage)
@@ -35,23 +44,13 @@ class Budget:
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
-    def remaining_s(self) -> float | None:
-        """Wall time left to the job, or None without a wall-time limit: the deadline of the
-        step's evaluation, so that one slow candidate cannot carry a job far past its limit."""
+    def remaining_s(self, held_s: float = 0.0) -> float | None:
+        """Wall time left to the job, less ``held_s`` kept for later (never below zero), or None
+        without a wall-time limit: the deadline of the step's evaluation, so that no candidate,
+        and no reference, carries a job past its limit."""
         if self.limits.max_wall_s is None:
             return None
-        return max(0.0, self.limits.max_wall_s - self.elapsed_s())
-
-    def essential_s(self) -> float | None:
-        """The deadline of what a job needs even when its clock has run out: the reference's
-        baseline, and the one fallback step (the reference's copy, so that a job stopped by its
-        clock still ends with a correct kernel). What is left of the limit, but at least
-        ESSENTIAL_MIN_S and ESSENTIAL_SHARE of the limit: a job ends within its limit plus that
-        allowance for each, however slow its reference is."""
-        if self.limits.max_wall_s is None:
-            return None
-        allowance = max(ESSENTIAL_MIN_S, ESSENTIAL_SHARE * self.limits.max_wall_s)
-        return max(allowance, self.remaining_s() or 0.0)
+        return max(0.0, self.limits.max_wall_s - held_s - self.elapsed_s())
 
     def steps_left(self) -> int:
         """The steps the iteration limit leaves (none in flight)."""
@@ -61,13 +60,15 @@ class Budget:
         """The steps the iteration limit leaves after the one in flight (not yet recorded)."""
         return max(0, self.steps_left() - 1)
 
-    def check(self, *, before_step: bool = False) -> None:
-        """Raise ``LimitReached`` if any limit is reached (call before every model call and step)."""
+    def check(self, *, before_step: bool = False, held_s: float = 0.0) -> None:
+        """Raise ``LimitReached`` if any limit is reached (call before every model call and step);
+        ``held_s`` of the wall time is kept for a later step and counts as spent."""
         lim = self.limits
         if before_step and self.steps_done >= lim.max_iters:
             raise LimitReached(f"iteration limit reached ({lim.max_iters} steps)", "iterations")
-        if lim.max_wall_s is not None and self.elapsed_s() >= lim.max_wall_s:
-            raise LimitReached(f"wall-time limit reached ({lim.max_wall_s:.0f} s)", "wall_time")
+        if lim.max_wall_s is not None and self.elapsed_s() >= lim.max_wall_s - held_s:
+            kept = f", less {held_s:.0f} s kept for the fallback step" if held_s > 0 and self.elapsed_s() < lim.max_wall_s else ""
+            raise LimitReached(f"wall-time limit reached ({lim.max_wall_s:.0f} s{kept})", "wall_time")
         if lim.max_tokens is not None and self.spent.tokens >= lim.max_tokens:
             raise LimitReached(f"token limit reached ({self.spent.tokens} of {lim.max_tokens})", "tokens")
         if lim.budget_usd is not None and self.spent.cost_usd is not None and self.spent.cost_usd >= lim.budget_usd:

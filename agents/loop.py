@@ -19,7 +19,7 @@ from kloom.workload import WorkloadError, inspect_workload, read_source
 
 from .analysis import build_analysis, untraced_analysis
 from .exits import FatalRoleError, JobCancelled, JobExit, JobFailed, JobStopped, JobSucceeded, RoleUnavailable
-from .limits import Budget, LimitReached
+from .limits import Budget, LimitReached, fallback_reserve_s
 from .llm import LLMClient, LLMCoder, LLMPlanner, LLMSettings
 from .records import NOT_EVALUATED, JobSpec, Plan, Step, Trajectory, Usage
 from .roles import Coder, Evaluator, KBAdvice, Planner, PlanningContext
@@ -104,12 +104,14 @@ class JobLoop:
         if self.sink.cancel_requested():
             raise JobCancelled("cancelled by the user")
         ctx = self.context()
-        fallback, limit = self.limit_or_fallback(ctx)
+        held = self.held_s(ctx)
+        fallback, limit = self.limit_or_fallback(ctx, held)
         step = Step(index=len(self.traj.steps), plan=Plan(strategy="plan", rationale="the planner failed"), status="coder_failed")
         step.started_at = timestamp()
         code = self.draft(step, ctx, fallback)
         if code is not None:
-            self.verify(step, code, ctx, deadline=self.budget.essential_s() if fallback is not None else self.budget.remaining_s())
+            # The fallback spends what was kept for it; a step before it leaves that untouched.
+            self.verify(step, code, ctx, deadline=self.budget.remaining_s(0.0 if fallback is not None else held))
         step.finished_at = timestamp()
         self.record(step)
         if fallback is not None:
@@ -178,7 +180,7 @@ class JobLoop:
         return written.code
 
     def verify(self, step: Step, code: str, ctx: PlanningContext, deadline: float | None) -> None:
-        """Evaluate within the job's clock (the fallback step only within the evaluator's own)."""
+        """Evaluate within ``deadline`` seconds (None: the evaluator's own limits only)."""
         t0 = time.monotonic()
         verdict = self.verifier.verify(code, step.plan, ctx, deadline_s=deadline, more_after=self.budget.steps_after_this())
         step.seconds["verify"] = time.monotonic() - t0
@@ -210,17 +212,17 @@ class JobLoop:
         traj.state = "running"
         self.sink.save(traj, None)
         if traj.baseline is None:
-            deadline, t0 = self.budget.essential_s(), time.monotonic()
+            deadline, t0 = self.budget.remaining_s(), time.monotonic()
             baseline = self.evaluator.baseline(spec.workload, world_size=spec.world_size, deadline_s=deadline,
                                                more_after=self.budget.steps_left())
             if baseline.status != "correct":
                 message = baseline.error.message if baseline.error else baseline.status
                 if baseline.status == "timeout" and deadline is not None and time.monotonic() - t0 >= deadline - 0.5:
-                    raise JobStopped(f"the job's time ran out ({deadline:.0f} s for the reference's baseline, its wall-time limit "
-                                     f"{spec.limits.max_wall_s:.0f} s) before the reference was timed: {message}")
+                    raise JobStopped(f"wall-time limit reached ({spec.limits.max_wall_s:.0f} s) before the reference was timed: {message}")
                 raise JobFailed(f"the reference itself failed ({baseline.status}): {message}")
             traj.baseline = baseline
             self.sink.save(traj, None)
+        self.budget.reserve_s = fallback_reserve_s(traj.baseline.phase_seconds.get("total"))
         if traj.analysis is None:
             known = dict(family=info.family, world_size=spec.world_size, device=spec.device, baseline=traj.baseline)
             try:
@@ -265,17 +267,32 @@ class JobLoop:
             kb=self.advice,
         )
 
-    def limit_or_fallback(self, ctx: PlanningContext) -> tuple[Plan | None, str]:
+    def held_s(self, ctx: PlanningContext) -> float:
+        """The wall time kept back for the fallback step (``Budget.reserve_s``) while the job has no
+        correct kernel and its planner's fallback is still on offer; otherwise none."""
+        if self.traj.best_step is not None:
+            return 0.0
+        fallback = self.planner.fallback(ctx)
+        if fallback is None or self._tried(fallback):
+            return 0.0
+        return self.budget.reserve_s
+
+    def _tried(self, plan: Plan) -> bool:
+        return any((s.plan.strategy, s.plan.params) == (plan.strategy, plan.params) for s in self.traj.steps)
+
+    def limit_or_fallback(self, ctx: PlanningContext, held: float) -> tuple[Plan | None, str]:
         """Nothing while no limit is reached. A job stopped by its clock (not by its step count,
         which the planner plans within) must not end without a correct kernel while a safe one is
-        on offer: the planner's fallback gets one step, returned with the limit's words."""
+        on offer: the time ``held`` back for it comes due before the limit itself, and the
+        planner's fallback gets one step within what is left, returned with the limit's words.
+        No step begins once the limit itself is reached."""
         try:
-            self.budget.check(before_step=True)
+            self.budget.check(before_step=True, held_s=held)
         except LimitReached as limit:
             if limit.kind == "iterations":
                 raise JobSucceeded(str(limit)) from None
             fallback = None if self.traj.best_step is not None else self.planner.fallback(ctx)
-            if fallback is None or any((s.plan.strategy, s.plan.params) == (fallback.strategy, fallback.params) for s in self.traj.steps):
+            if fallback is None or self._tried(fallback) or self.budget.remaining_s() == 0.0:
                 raise JobStopped(str(limit)) from None
             return fallback, str(limit)
         return None, ""

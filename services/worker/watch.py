@@ -1,14 +1,13 @@
 """Cancel and the wall-time limit take effect during an evaluation, not only between steps.
 
-The loop checks a job's cancel flag and limits before every step and bounds each candidate's
-evaluation by the time left; but the reference's own timing (the job's baseline) has no such
-bound, and a user who cancels waits for the step in flight. ``JobWatch`` reads the job's row every
-``interval_s`` in a thread of its own and ends the evaluator call in flight (``Evaluator.abort``)
-when the job is cancelled, when this run no longer holds it, or when a call that began before the
-wall-time deadline still runs ``grace_s`` past it (a call begun after it, the loop's last safe
-step, is bounded by the evaluator alone). ``WatchedSink`` then ends the job ``cancelled`` or
-``stopped`` with that reason, whatever the loop concluded from the stopped call.
-"""
+The loop checks a job's cancel flag and limits before every step and gives every evaluation,
+the baseline's included, the time left as its deadline, which the evaluator keeps; a user who
+cancels would still wait for the step in flight, and a call the evaluator failed to bound would
+hold the worker. ``JobWatch`` reads the job's row every ``interval_s`` in a thread of its own and
+ends the evaluator call in flight (``Evaluator.abort``) when the job is cancelled, when this run
+no longer holds it, or when a call still runs ``grace_s`` past the wall-time deadline.
+``WatchedSink`` then ends the job ``cancelled`` or ``stopped`` with that reason, whatever the loop
+concluded from the stopped call."""
 
 from __future__ import annotations
 
@@ -51,11 +50,10 @@ class WatchedEvaluator:
 
         return tracked
 
-    def abort_call(self, reason: str, began_before: float | None = None) -> bool:
-        """Abort the call in flight (one that began before ``began_before``, if given)."""
+    def abort_call(self, reason: str) -> bool:
+        """Abort the call in flight; False when none is."""
         with self._lock:
-            started = self.call_started
-            if started is None or (began_before is not None and started >= began_before):
+            if self.call_started is None:
                 return False
             self.evaluator.abort(reason)
             return True
@@ -117,7 +115,7 @@ class JobWatch:
             return
         if self.deadline is not None and time.monotonic() >= self.deadline + self.grace_s:
             reason = f"wall-time limit reached ({self.max_wall_s:.0f} s) during an evaluation"
-            if self.evaluator.abort_call(reason, began_before=self.deadline):
+            if self.evaluator.abort_call(reason):
                 log.info("job %s: %s; it was stopped", self.job_id, reason)
                 self.fired = ("stopped", reason)
 
