@@ -11,6 +11,9 @@ max-autotune, which compiles longest, runs after kloom's job):
    workload, at most ``--max-candidates`` candidates: outcome, the two times the speedup divides
    with their 95% interval, the winning strategy and what made it (kloom's kernels, inductor, a
    CUDA graph, cuDNN settings), job wall time, and the device's peak while the job ran.
+
+With ``--no-kloom``, phases 1 and 2 only (``kernelbench_run.py --fill``: a compile mode added to
+problems measured without it, beside an eager time measured again in the same process).
 """
 
 from __future__ import annotations
@@ -294,6 +297,7 @@ def main() -> int:
     ap.add_argument("--max-candidates", type=int, default=3)
     ap.add_argument("--jobs", default="jobs")
     ap.add_argument("--timing-budget-s", type=float, default=None)
+    ap.add_argument("--no-kloom", action="store_true", help="the baselines only (eager and the compile modes), no kloom job")
     args = ap.parse_args()
     if args.timing_budget_s is None:
         args.timing_budget_s = 1.0 if args.device == "cuda" else 0.2
@@ -322,7 +326,8 @@ def main() -> int:
         save()
         return 0
     row["device"] = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    run_kloom(row, args, save)
+    if not args.no_kloom:
+        run_kloom(row, args, save)
     row["status"] = "measured"
     save()
     if late:

@@ -20,6 +20,12 @@ problem killed that way is recorded (``"status": "over_budget"``) and retried on
     python benchmarks/gpu/kernelbench_run.py --kernelbench shared/third_party/kernelbench \\
         --out "$OUT" --resume results/kernelbench/partial.jsonl --budget-s 480
 
+``--fill MODE`` (max-autotune, say) adds one compile mode to problems already measured without
+it: per problem, eager and that mode measured again side by side in a child of their own (no kloom
+job; each child killed after ``--fill-timeout-s``, a compile that outlasts it is recorded as such).
+The mode's entry keeps the eager time of its own run and the device it ran on, and the report
+divides by that eager time, so the ratio never mixes two runs or two machines.
+
 Problems are chosen by their files, never by name or id; kloom itself sees only the workload.
 """
 
@@ -85,6 +91,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--timing-budget-s", type=float, default=None, help="seconds of timed calls per measurement")
     ap.add_argument("--limit", type=int, default=None, help="at most this many problems in this call")
+    ap.add_argument("--fill", default=None, help="add this compile mode to measured problems that lack it (no kloom job)")
+    ap.add_argument("--fill-timeout-s", type=float, default=150.0, help="with --fill: a problem's child is killed after this")
     args = ap.parse_args()
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -104,6 +112,8 @@ def main() -> int:
         rows.setdefault(name, {"workload": name, "status": "not_imported", "reason": r["reason"]})
     partial.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
 
+    if args.fill:
+        return fill(args, interleaved(imported), rows, partial, started)
     todo = [w for w in interleaved(imported) if not settled(rows.get(w["name"]))]
     if args.limit is not None:
         todo = todo[: args.limit]
@@ -136,6 +146,52 @@ def main() -> int:
     return 0
 
 
+UNFINISHED = "not finished within the call's budget"
+
+
+def lacks(row: dict | None, mode: str) -> bool:
+    """A measured problem without ``mode``, or whose ``mode`` a call's budget cut short."""
+    if row is None or row.get("status") != "measured":
+        return False
+    entry = (row.get("modes") or {}).get(mode)
+    return entry is None or entry.get("error") == UNFINISHED
+
+
+def fill(args, workloads: list[dict], rows: dict[str, dict], partial: Path, started: float) -> int:
+    """``--fill``: ``args.fill`` measured beside eager for the measured problems that lack it."""
+    mode = args.fill
+    todo = [w for w in workloads if lacks(rows.get(w["name"]), mode)]
+    if args.limit is not None:
+        todo = todo[: args.limit]
+    print(f"{len(todo)} measured problems lack {mode}", flush=True)
+    done = 0
+    for w in todo:
+        left = args.budget_s - (time.monotonic() - started)
+        if left < min(args.fill_timeout_s, 60.0) + MARGIN_S:
+            print(f"stopping: {left:.0f} s left", flush=True)
+            break
+        limit = min(args.fill_timeout_s, left - MARGIN_S)
+        t0 = time.monotonic()
+        child = run_child(w, args, timeout_s=limit, modes=f"eager,{mode}", kloom=False)
+        took = time.monotonic() - t0
+        entry = dict((child.get("modes") or {}).get(mode) or {})
+        eager = (child.get("modes") or {}).get("eager") or {}
+        if not entry or entry.get("error") == UNFINISHED or child.get("status") == "over_budget":
+            if limit < args.fill_timeout_s:
+                print(f"{w['name']}: cut by the call's budget after {took:.0f} s; left for the next call", flush=True)
+                break
+            entry = {"error": f"eager and {mode} together did not finish within {args.fill_timeout_s:.0f} s (compile included)"}
+        entry.update(eager_ms=eager.get("ms"), device=child.get("device"), took_s=round(took, 1))
+        row = rows[w["name"]]
+        row.setdefault("modes", {})[mode] = entry
+        with partial.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        done += 1
+        print(f"{w['name']}: {mode} {entry.get('ms', entry.get('error'))} beside eager {eager.get('ms')} in {took:.0f} s", flush=True)
+    print(f"{done} filled after {time.monotonic() - started:.0f} s; {len(todo) - done} left", flush=True)
+    return 0
+
+
 def summary(row: dict) -> str:
     k = row.get("kloom") or {}
     parts = [f"{m} {row['modes'][m]['ms']:.4g} ms" for m in row.get("modes", {}) if row["modes"][m].get("ms")]
@@ -144,17 +200,21 @@ def summary(row: dict) -> str:
     return ", ".join(parts) or row.get("reason", "")[:200]
 
 
-def run_child(workload: dict, args, timeout_s: float) -> dict:
+def run_child(workload: dict, args, timeout_s: float, modes: str | None = None, kloom: bool = True) -> dict:
     """One problem in a child process (a crash, a hang or an out-of-memory there costs that
-    problem only); killed at ``timeout_s``."""
+    problem only); killed at ``timeout_s``. ``modes``: the baselines (default ``args.modes``);
+    ``kloom``: whether kloom's job runs too."""
     result = args.out / "child.json"
     result.unlink(missing_ok=True)
+    modes = modes or args.modes
     cmd = [
         sys.executable, str(ROOT / "benchmarks" / "gpu" / "kernelbench_problem.py"),
         "--workload", workload["path"], "--name", workload["name"], "--result", str(result),
-        "--device", args.device, "--modes", args.modes, "--max-candidates", str(args.max_candidates),
+        "--device", args.device, "--modes", modes, "--max-candidates", str(args.max_candidates),
         "--jobs", str(args.out / "jobs"),
     ]
+    if not kloom:
+        cmd.append("--no-kloom")
     if args.timing_budget_s is not None:
         cmd += ["--timing-budget-s", str(args.timing_budget_s)]
     log = args.out / "problems.log"
@@ -174,9 +234,9 @@ def run_child(workload: dict, args, timeout_s: float) -> dict:
             # Killed in the last phase (max-autotune): what was measured stands.
             for entry in row.get("modes", {}).values():
                 if "ms" not in entry and "error" not in entry:
-                    entry["error"] = "not finished within the call's budget"
-            for mode in args.modes.split(","):
-                row.setdefault("modes", {}).setdefault(mode, {"error": "not finished within the call's budget"})
+                    entry["error"] = UNFINISHED
+            for mode in modes.split(","):
+                row.setdefault("modes", {}).setdefault(mode, {"error": UNFINISHED})
         elif code is None:
             row["status"] = "over_budget"
         return row

@@ -64,3 +64,22 @@ def test_at_least_as_fast_as_compile_allows_the_noise_between_instruments_and_no
     assert a["compared_with_compile"] == 3
     assert abs(a["fast_1_over_better_compile"] - 1 / 3) < 1e-9 and abs(a["at_least_better_compile"] - 2 / 3) < 1e-9
     assert "| at least as fast as the better torch.compile mode, within the noise floor between two measurements | 0.67 |" in text
+
+
+def test_a_mode_added_later_divides_the_eager_time_measured_beside_it(tmp_path):
+    """A max-autotune time added after its row (``kernelbench_run.py --fill``, another call,
+    maybe another GPU) is divided into the eager time of its own run, never the row's: eager 2 ms
+    in the row (H100), 3 ms beside max-autotune's 1 ms (H200) reads 3.00x, not 2.00x. Rows
+    without it stay out of the max-autotune aggregates."""
+    a_row = _against_compile("level1_1_A", 2.5, 1.6)
+    a_row["device"] = "NVIDIA H100 80GB HBM3"
+    a_row["modes"]["max-autotune"] = {"ms": 1.0, "correct": True, "eager_ms": 3.0, "device": "NVIDIA H200"}
+    b_row = _against_compile("level1_3_B", 1.0, 1.0)
+    data, text = _report(tmp_path, [a_row, b_row])
+    a = data["aggregate"]
+    assert a["max_autotune_measured"] == 1 and abs(a["geomean_compile_max_autotune"] - 3.0) < 1e-9
+    w = a["with_max_autotune"]
+    assert w["problems"] == 1 and w["max_autotune_faster_than_default"] == 1.0  # 3.00x over compile default's 1.25x
+    assert w["at_least_better_compile"] == 0.0  # kloom's 2.5x is short of 3.0x beyond the noise floor
+    assert "| 1 (3.00x, H200) |" in text
+    assert "| on the 1 problems with max-autotune measured:" in text and "| 2.500 / 1.250 / 3.000; 1.00; 0.00 |" in text

@@ -94,6 +94,19 @@ def test_a_run_resumes_and_reports(tmp_path):
     assert rows[row["workload"]]["modes"] == row["modes"]  # carried over, not measured again
     assert sum(1 for r in rows.values() if r["status"] == "measured") == 2
 
+    # A third call adds the compile mode the second left out, to that problem only, beside an
+    # eager time of its own and without a kloom job; the first problem's row stays as it was.
+    third = tmp_path / "call3"
+    three = _run("benchmarks/gpu/kernelbench_run.py", *common, "--out", str(third), "--fill", "default", "--resume", str(second / "partial.jsonl"))
+    assert three.returncode == 0, three.stderr[-3000:]
+    assert "1 measured problems lack default" in three.stdout and "1 filled" in three.stdout
+    filled = {json.loads(line)["workload"]: json.loads(line) for line in (third / "partial.jsonl").read_text().splitlines()}
+    other = next(name for name, r in filled.items() if r["status"] == "measured" and name != row["workload"])
+    added = filled[other]["modes"]["default"]
+    assert added["ms"] > 0 and added["correct"] is True and added["eager_ms"] > 0 and added["device"] == "cpu"
+    assert filled[other]["kloom"] == rows[other]["kloom"] and filled[row["workload"]] == rows[row["workload"]]
+    assert not (third / "jobs" / other).exists(), "a fill runs no kloom job"
+
     report = _run("benchmarks/kernelbench_report.py", str(second / "partial.jsonl"))
     assert report.returncode == 0, report.stderr[-2000:]
     data = json.loads((second / "report.json").read_text())["aggregate"]
