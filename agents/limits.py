@@ -37,6 +37,9 @@ class Budget:
         #: Wall time kept for the fallback step while the job has no correct kernel (set from the
         #: baseline: ``fallback_reserve_s``); the loop decides when it is held.
         self.reserve_s = 0.0
+        #: What of it is held back now (by the loop, step by step): every check and every model
+        #: call counts it as spent, so that only the fallback step spends it.
+        self.holding_s = 0.0
 
     def charge(self, usage: Usage) -> None:
         self.spent = self.spent.add(usage)
@@ -60,10 +63,10 @@ class Budget:
         """The steps the iteration limit leaves after the one in flight (not yet recorded)."""
         return max(0, self.steps_left() - 1)
 
-    def check(self, *, before_step: bool = False, held_s: float = 0.0) -> None:
+    def check(self, *, before_step: bool = False) -> None:
         """Raise ``LimitReached`` if any limit is reached (call before every model call and step);
-        ``held_s`` of the wall time is kept for a later step and counts as spent."""
-        lim = self.limits
+        the wall time held back (``holding_s``) counts as spent."""
+        lim, held_s = self.limits, self.holding_s
         if before_step and self.steps_done >= lim.max_iters:
             raise LimitReached(f"iteration limit reached ({lim.max_iters} steps)", "iterations")
         if lim.max_wall_s is not None and self.elapsed_s() >= lim.max_wall_s - held_s:

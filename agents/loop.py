@@ -104,14 +104,14 @@ class JobLoop:
         if self.sink.cancel_requested():
             raise JobCancelled("cancelled by the user")
         ctx = self.context()
-        held = self.held_s(ctx)
-        fallback, limit = self.limit_or_fallback(ctx, held)
+        self.budget.holding_s = self.held_s(ctx)
+        fallback, limit = self.limit_or_fallback(ctx)
         step = Step(index=len(self.traj.steps), plan=Plan(strategy="plan", rationale="the planner failed"), status="coder_failed")
         step.started_at = timestamp()
         code = self.draft(step, ctx, fallback)
         if code is not None:
-            # The fallback spends what was kept for it; a step before it leaves that untouched.
-            self.verify(step, code, ctx, deadline=self.budget.remaining_s(0.0 if fallback is not None else held))
+            # A step before the fallback leaves what is kept for it untouched; the fallback spends it.
+            self.verify(step, code, ctx, deadline=self.budget.remaining_s(self.budget.holding_s))
         step.finished_at = timestamp()
         self.record(step)
         if fallback is not None:
@@ -280,20 +280,21 @@ class JobLoop:
     def _tried(self, plan: Plan) -> bool:
         return any((s.plan.strategy, s.plan.params) == (plan.strategy, plan.params) for s in self.traj.steps)
 
-    def limit_or_fallback(self, ctx: PlanningContext, held: float) -> tuple[Plan | None, str]:
+    def limit_or_fallback(self, ctx: PlanningContext) -> tuple[Plan | None, str]:
         """Nothing while no limit is reached. A job stopped by its clock (not by its step count,
         which the planner plans within) must not end without a correct kernel while a safe one is
-        on offer: the time ``held`` back for it comes due before the limit itself, and the
-        planner's fallback gets one step within what is left, returned with the limit's words.
-        No step begins once the limit itself is reached."""
+        on offer: the time held back for it (``Budget.holding_s``) comes due before the limit
+        itself, and the planner's fallback gets one step with what is left, returned with the
+        limit's words. No step begins once the limit itself is reached."""
         try:
-            self.budget.check(before_step=True, held_s=held)
+            self.budget.check(before_step=True)
         except LimitReached as limit:
             if limit.kind == "iterations":
                 raise JobSucceeded(str(limit)) from None
             fallback = None if self.traj.best_step is not None else self.planner.fallback(ctx)
             if fallback is None or self._tried(fallback) or self.budget.remaining_s() == 0.0:
                 raise JobStopped(str(limit)) from None
+            self.budget.holding_s = 0.0
             return fallback, str(limit)
         return None, ""
 

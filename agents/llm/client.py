@@ -131,9 +131,10 @@ class LLMClient:
     def _request(self, messages: list[Message], api_key: str | None, budget: Budget) -> dict[str, Any]:
         s = self.settings
         timeout = s.timeout_s
-        if budget.limits.max_wall_s is not None:
-            # A request may not outlive the job's wall-time limit.
-            timeout = max(0.001, min(timeout, budget.limits.max_wall_s - budget.elapsed_s()))
+        left = budget.remaining_s(budget.holding_s)
+        if left is not None:
+            # A request may not outlive the job's wall-time limit, nor spend what is kept for its fallback step.
+            timeout = max(0.001, min(timeout, left))
         request: dict[str, Any] = {
             "model": s.model,
             "messages": messages,

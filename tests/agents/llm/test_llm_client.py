@@ -252,6 +252,19 @@ def test_a_request_never_outlives_the_wall_time_limit(server, make_client):
     assert len(server.chat_requests) == 1
 
 
+def test_a_request_never_spends_the_time_kept_for_the_fallback_step(server, make_client):
+    """A job with no correct kernel holds back its fallback's time (``Budget.holding_s``): a
+    model call counts it as spent, so a slow model cannot eat into it."""
+    budget = Budget(Limits(max_wall_s=30.4))
+    budget.holding_s = 30.0
+    server.add(Reply.text("too late", delay_s=3.0), Reply.text("never reached"))
+    started = time.monotonic()
+    with pytest.raises(LimitReached, match="kept for the fallback step"):
+        make_client(timeout_s=30.0).complete(MESSAGES, budget=budget)
+    assert time.monotonic() - started < 2.0
+    assert len(server.chat_requests) == 1
+
+
 def test_a_model_litellm_cannot_route_is_a_request_error(server, make_client, budget):
     with pytest.raises(LLMRequestError):
         make_client("no-provider-model-xyz", api_base=None).complete(MESSAGES, budget=budget)
