@@ -242,24 +242,15 @@ def test_temperature_none_is_left_to_the_provider(server, make_client, budget):
     assert "temperature" not in second.body
 
 
-def test_a_request_never_outlives_the_wall_time_limit(server, make_client):
-    budget = Budget(Limits(max_wall_s=0.4))
+@pytest.mark.parametrize("limit_s, holding_s, words", [(0.4, 0.0, "wall-time"), (30.4, 30.0, "kept for the fallback step")])
+def test_a_request_never_outlives_the_wall_time_limit(server, make_client, limit_s, holding_s, words):
+    """Nor spends the time a job with no correct kernel holds back for its fallback step
+    (``Budget.holding_s``): a model call counts it as spent, so a slow model cannot eat into it."""
+    budget = Budget(Limits(max_wall_s=limit_s))
+    budget.holding_s = holding_s
     server.add(Reply.text("too late", delay_s=3.0), Reply.text("never reached"))
     started = time.monotonic()
-    with pytest.raises(LimitReached, match="wall-time"):
-        make_client(timeout_s=30.0).complete(MESSAGES, budget=budget)
-    assert time.monotonic() - started < 2.0
-    assert len(server.chat_requests) == 1
-
-
-def test_a_request_never_spends_the_time_kept_for_the_fallback_step(server, make_client):
-    """A job with no correct kernel holds back its fallback's time (``Budget.holding_s``): a
-    model call counts it as spent, so a slow model cannot eat into it."""
-    budget = Budget(Limits(max_wall_s=30.4))
-    budget.holding_s = 30.0
-    server.add(Reply.text("too late", delay_s=3.0), Reply.text("never reached"))
-    started = time.monotonic()
-    with pytest.raises(LimitReached, match="kept for the fallback step"):
+    with pytest.raises(LimitReached, match=words):
         make_client(timeout_s=30.0).complete(MESSAGES, budget=budget)
     assert time.monotonic() - started < 2.0
     assert len(server.chat_requests) == 1
