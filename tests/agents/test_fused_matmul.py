@@ -21,6 +21,7 @@ from agents.strategist.fused_matmul import fused_ag_matmul
 from kloom.static_check import check_candidate
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
+from tests import sweeps
 
 ROOT = Path(__file__).parents[2]
 PARAMS = {"wrapper": "none", "rewrites": ["fused_ag_matmul"]}
@@ -255,7 +256,7 @@ def test_the_catalog_offers_it_on_cuda_above_the_inductor_pass():
 # Under the real evaluator (CPU: the fallback runs) ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rel", sorted(SUITE_MATCHES))
+@pytest.mark.parametrize("rel", sweeps.params(sorted(SUITE_MATCHES), every=2))  # CI: every other one (tests/sweeps.py)
 def test_a_rewritten_candidate_is_correct_on_every_rank(evaluator, tmp_path, rel):
     path = ROOT / "suite" / rel
     candidate = tmp_path / "candidate.py"

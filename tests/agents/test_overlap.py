@@ -27,6 +27,7 @@ from agents.strategist.overlap.rewrite import OVERLAP_HELPER
 from agents.strategist.overlap.ring import ring_exchange
 from kloom.static_check import check_candidate
 from kloom.suite import find
+from tests import sweeps
 
 ROOT = Path(__file__).parents[2]
 PARAMS = {"wrapper": "none", "rewrites": ["overlap"]}
@@ -379,7 +380,7 @@ EVALUATED = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("rel", EVALUATED)
+@pytest.mark.parametrize("rel", sweeps.params(EVALUATED, every=2))  # CI: every other one (tests/sweeps.py)
 def test_a_rewritten_candidate_is_correct_on_every_rank(evaluator, tmp_path, rel):
     path = ROOT / "suite" / rel
     candidate = tmp_path / "candidate.py"

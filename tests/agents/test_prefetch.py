@@ -25,7 +25,7 @@ from agents.strategist.prefetch import PREFETCH_HELPER, prefetch_exchange
 from kloom.static_check import check_candidate
 from kloom.suite import find
 from services.worker.evaluator import EvalSettings, Evaluator
-from tests import eval_records
+from tests import eval_records, sweeps
 
 RING = ("cp_ring_attention", "cp_ring_attention_causal")
 #: Every suite file the rewrite applies to (the two ring-attention workloads: the only loops whose
@@ -344,8 +344,8 @@ def _candidate(tmp_path: Path, name: str, edit=None) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("name", RING)
+# Both rings at world size 2; CI runs the first at world size 4 (tests/sweeps.py).
+@pytest.mark.parametrize(("name", "world_size"), [(n, 2) for n in RING] + sweeps.params([(n, 4) for n in RING], every=2))
 def test_a_rewritten_ring_is_correct_on_every_rank(evaluator, tmp_path, name, world_size):
     path, candidate = _candidate(tmp_path, name)
     result = evaluator.evaluate(path, candidate, world_size=world_size)

@@ -9,7 +9,6 @@ No job may fail because the reference's source breaks the candidate rules."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from kloom.importers import import_kernelbench, import_pkb
 from kloom.static_check import check_candidate
 from kloom.workload import inspect_workload
 from kloom.workload_parts import candidate_base
+from tests import sweeps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PKB = FIXTURES / "pkb_dev"
@@ -65,13 +65,17 @@ TOO_SLOW_FOR_CPU_CI = {
 }
 
 
-def _marks(problem: str):
-    if problem not in TOO_SLOW_FOR_CPU_CI:
-        return []
-    return [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("KLOOM_SLOW_TESTS"), reason=TOO_SLOW_FOR_CPU_CI[problem])]
+#: CI runs every third problem's job (``tests/sweeps.py``): each costs 5-25 s on two cores.
+EVERY = 3
 
 
-@pytest.mark.parametrize("problem", [pytest.param(p, marks=_marks(p)) for p in PROBLEMS])
+def _marks(index: int, problem: str):
+    if problem in TOO_SLOW_FOR_CPU_CI:
+        return [pytest.mark.slow, pytest.mark.skipif(not sweeps.FULL, reason=TOO_SLOW_FOR_CPU_CI[problem])]
+    return [] if sweeps.in_sample(index, EVERY) else [pytest.mark.slow, pytest.mark.skip(reason=sweeps.REASON)]
+
+
+@pytest.mark.parametrize("problem", [pytest.param(p, marks=_marks(i, p)) for i, p in enumerate(PROBLEMS)])
 def test_every_development_problem_optimizes_at_world_size_2(problem, pkb_suite, fast_evaluator, tmp_path):
     imported = next(w for w in pkb_suite.imported if Path(w.origin).stem == problem)
     spec = JobSpec(workload=imported.path, world_size=2, device="cpu", shapes="ci", strategist="offline",

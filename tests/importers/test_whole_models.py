@@ -13,6 +13,7 @@ import pytest
 from agents.loop import run_job
 from agents.records import JobSpec, Limits
 from agents.sinks import FileSink
+from tests import sweeps
 
 MODELS = sorted((Path(__file__).parent / "fixtures" / "whole_models").glob("*.py"))
 
@@ -26,7 +27,8 @@ def fast_evaluator():
         yield ev
 
 
-@pytest.mark.parametrize("model", MODELS, ids=[m.stem for m in MODELS])
+#: CI runs every other model's job (``tests/sweeps.py``): 10-60 s each on two cores.
+@pytest.mark.parametrize("model", sweeps.params(MODELS, every=2, ids=lambda m: m.stem))
 def test_a_whole_model_optimizes_and_every_candidate_is_correct(model, fast_evaluator, tmp_path):
     spec = JobSpec(workload=str(model), world_size=1, device="cpu", shapes="ci", strategist="offline",
                    limits=Limits(max_iters=2), use_kb=False, profile="none")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kloom.suite import workloads
+from tests import sweeps
 from tests.suite.oracles import attention, inputs, params, replicated, rmsnorm, shard, swiglu, total
 
 FAMILIES = ("collectives", "tensor_parallel", "sequence_parallel", "context_parallel")
@@ -182,8 +183,8 @@ def test_every_workload_of_these_families_has_an_oracle():
     assert names == set(ORACLES)
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("name", sorted(ORACLES))
+#: Every workload at world size 2; CI checks every third at world size 4 (``tests/sweeps.py``).
+@pytest.mark.parametrize(("name", "world_size"), [(n, 2) for n in sorted(ORACLES)] + sweeps.params([(n, 4) for n in sorted(ORACLES)], every=3))
 def test_reference_matches_single_process_math(run_reference, name, world_size):
     check_against_oracle(name, run_reference(name, world_size, seed=SEED))
 
@@ -196,7 +197,7 @@ def eight_ranks(run_reference):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cp_ring_attention_causal", "tp_mlp_ag_rs", "all_to_all"])
+@pytest.mark.parametrize("name", sweeps.params(["cp_ring_attention_causal", "tp_mlp_ag_rs", "all_to_all"], every=3))
 def test_references_at_world_size_8(eight_ranks, name):
     check_against_oracle(name, eight_ranks(name, 8, seed=SEED))
 
@@ -219,7 +220,7 @@ def test_workload_metadata():
         assert w.has_roofline and w.description and w.source, w.name
 
 
-@pytest.mark.parametrize("name", sorted(ORACLES))
+@pytest.mark.parametrize("name", sweeps.params(sorted(ORACLES), every=3))
 def test_baseline_runs_with_a_roofline(run_reference, name):
     result = run_reference.baseline(name, 2)
     assert result.status == "correct", result.error

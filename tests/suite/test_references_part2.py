@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from kloom.workload import import_file, inspect_workload, module_name_for
 from services.worker.evaluator import EvalSettings, Evaluator
+from tests import sweeps
 
 SUITE = Path(__file__).resolve().parents[2] / "suite"
 SEED = 7
@@ -318,8 +319,8 @@ def test_every_workload_of_these_families_is_checked():
         assert info.shape_profiles == ("ci", "gpu")
 
 
-@pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name", sorted(EXPECT))
+#: Every workload at world size 2; CI checks every third at world size 4 (``tests/sweeps.py``).
+@pytest.mark.parametrize(("name", "world"), [(n, 2) for n in sorted(EXPECT)] + sweeps.params([(n, 4) for n in sorted(EXPECT)], every=3))
 def test_reference_matches_single_process_math(evaluator, name, world):
     check(evaluator, name, world)
 
@@ -327,13 +328,14 @@ def test_reference_matches_single_process_math(evaluator, name, world):
 @pytest.mark.slow
 def test_references_at_world_size_8():
     with Evaluator("cpu", EvalSettings.for_device("cpu", shapes="ci")) as ev:
-        for name in ("moe_dispatch", "zero1_adam_step", "pipeline_send_recv", "distributed_sort", "conv2d_halo"):
+        for name in sweeps.subset(("moe_dispatch", "zero1_adam_step", "pipeline_send_recv", "distributed_sort", "conv2d_halo"), every=3):
             check(ev, name, 8)
 
 
 def test_roofline_terms_are_sane(evaluator):
-    """Every workload's roofline at ci shapes: non-negative terms, link bytes where ranks talk."""
-    for name in sorted(EXPECT):
+    """Every workload's roofline at ci shapes (CI: every other one, ``tests/sweeps.py``):
+    non-negative terms, link bytes where ranks talk."""
+    for name in sweeps.subset(sorted(EXPECT), every=2):
         result = evaluator.baseline(workload_path(name), world_size=2)
         assert result.status == "correct", f"{name}: {result.error}"
         assert result.roofline is not None, name
@@ -344,10 +346,11 @@ def test_roofline_terms_are_sane(evaluator):
 @pytest.mark.slow
 def test_the_reference_judged_as_a_candidate_is_correct():
     """Inputs are deterministic under a seed and fresh per trial, outputs depend on nothing else, and
-    in-place updates repeat: the reference itself, submitted as a candidate, passes every check."""
+    in-place updates repeat: the reference itself, submitted as a candidate, passes every check
+    (CI: every third workload, ``tests/sweeps.py``)."""
     settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.05, min_iters=2, max_iters=5, warmup_iters=1)
     with Evaluator("cpu", settings) as ev:
-        for name in sorted(EXPECT):
+        for name in sweeps.subset(sorted(EXPECT), every=3):
             source = re.sub(r"^class Model\(", "class ModelNew(", workload_path(name).read_text(), flags=re.M)
             result = ev.evaluate(workload_path(name), candidate_source=source, world_size=2)
             assert result.status == "correct", f"{name}: {result.error}"

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from kloom.suite import workloads
+from tests import sweeps
 
 ALL = workloads()
 
 
-@pytest.mark.parametrize("workload", ALL, ids=[w.name for w in ALL])
+#: CI traces every third workload (``tests/sweeps.py``).
+@pytest.mark.parametrize("workload", sweeps.params(ALL, every=3, ids=lambda w: w.name))
 def test_every_reference_traces_on_every_rank(run_reference, workload):
     world_size = 2 if 2 in workload.world_sizes else min(workload.world_sizes)
     traces = run_reference.evaluator(world_size).analyze(Path(workload.path), world_size=world_size)

@@ -19,6 +19,7 @@ from agents.strategist.catalog import options_for
 from agents.strategist.triton_kernels import plan as kernel_plan
 from agents.strategist.triton_kernels.option import GRAPHED, STRATEGY, kernel_candidate_for, kernel_offers
 from kloom.static_check import check_candidate
+from tests import sweeps
 
 FIXTURES = ["softmax_rows", "layernorm_affine", "sum_then_chain", "cross_entropy", "argmax_dim", "norms_and_scans", "triplet_margin"]
 
@@ -70,7 +71,7 @@ def test_a_replay_whose_host_time_outlasts_a_launch_bound_reference_goes_behind_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", sweeps.params(FIXTURES, every=2))  # CI: every other one (tests/sweeps.py)
 def test_candidates_are_correct_under_the_real_evaluator(interpreted_evaluator, interpret, tmp_path, monkeypatch, name):
     # Every template is judged, also those the GPU benchmark measured slower than inductor (which
     # the planner then leaves out): as if no measurement were committed yet.
