@@ -150,7 +150,16 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _terminated)
+    # Only while it runs: a caller that imports this module (the tests, in pytest's process) keeps
+    # its own handler afterwards.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> int:
     args = _args(argv)
     shapes = args.shapes or ("gpu" if args.device == "cuda" else "ci")
     out = Path(args.out)

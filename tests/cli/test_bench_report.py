@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -111,18 +112,19 @@ def test_profile_gpu_shards_split_the_list_and_a_summary_only_run_writes_the_who
     names, missing = names[:-1], names[-1]  # the last one never profiled: the summary goes without it
     for i, name in enumerate(names):
         (out / f"{name}.candidate.ranks-0.json").write_text(json.dumps({**record, "row": f"| {name} | shard {i % 2} |", "text": f"## {name}\n"}))
+    handler = signal.getsignal(signal.SIGTERM)
     assert module.main(command + ["--shard", "1/2"]) == 0
     shard = (out / "summary.shard-1-of-2.md").read_text()
     assert all((f"| {name} |" in shard) == (i % 2 == 1) for i, name in enumerate(names))
     assert not (out / "summary.md").exists()
     assert module.main(command + ["--summary-only"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is handler, "the script's SIGTERM handler outlived its run"
     summary = (out / "summary.md").read_text()
     assert all(f"| {name} |" in summary for name in names) and f"| {missing} |" not in summary
     assert sorted(p.name for p in out.glob("*.json")) == sorted(f"{name}.candidate.ranks-0.json" for name in names)
 
 
 def test_profile_gpu_stopped_by_sigterm_leaves_no_rank_running(tmp_path):
-    import signal
     import subprocess
     import sys
     import time
