@@ -26,15 +26,19 @@ def in_sample(index: int, every: int) -> bool:
     return FULL or index % every == 0
 
 
+def marks(index: int, every: int) -> list:
+    """The marks of the ``index``-th case: none in the sample, else skipped with the reason."""
+    return [] if in_sample(index, every) else [pytest.mark.slow, pytest.mark.skip(reason=REASON)]
+
+
 def params(cases: Sequence[T], every: int, ids=None) -> list:
     """``cases`` as pytest parameters, those outside the sample skipped (with the reason) unless
     ``KLOOM_SLOW_TESTS`` is set; a tuple case is one value per argument. ``ids``: a function of a
     case, or None for pytest's own."""
     out = []
     for i, case in enumerate(cases):
-        marks = [] if in_sample(i, every) else [pytest.mark.slow, pytest.mark.skip(reason=REASON)]
         values = case if isinstance(case, tuple) else (case,)
-        out.append(pytest.param(*values, marks=marks, id=ids(case) if ids else None))
+        out.append(pytest.param(*values, marks=marks(i, every), id=ids(case) if ids else None))
     return out
 
 
@@ -42,7 +46,3 @@ def subset(cases: Sequence[T], every: int) -> list[T]:
     """The sampled cases, for a test that loops over them itself."""
     return [c for i, c in enumerate(cases) if in_sample(i, every)]
 
-
-def full_only(why: str):
-    """A test that runs only where every case runs."""
-    return pytest.mark.skipif(not FULL, reason=f"{why}; KLOOM_SLOW_TESTS=1 runs it")

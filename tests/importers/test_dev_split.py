@@ -72,7 +72,7 @@ EVERY = 3
 def _marks(index: int, problem: str):
     if problem in TOO_SLOW_FOR_CPU_CI:
         return [pytest.mark.slow, pytest.mark.skipif(not sweeps.FULL, reason=TOO_SLOW_FOR_CPU_CI[problem])]
-    return [] if sweeps.in_sample(index, EVERY) else [pytest.mark.slow, pytest.mark.skip(reason=sweeps.REASON)]
+    return sweeps.marks(index, EVERY)
 
 
 @pytest.mark.parametrize("problem", [pytest.param(p, marks=_marks(i, p)) for i, p in enumerate(PROBLEMS)])
