@@ -113,6 +113,28 @@ def test_abort_ends_an_evaluation_within_seconds(evaluator):
     assert evaluator.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
 
 
+def test_an_abort_that_comes_before_any_rank_runs_still_ends_the_evaluation(monkeypatch):
+    """A cancel that arrives while the pools are starting (no rank process to kill yet: a fork
+    server starting, say) ends the evaluation as soon as the ranks are there, not after the
+    candidate's own limits (300 s here)."""
+    from services.worker.evaluator.pool import RankPool
+
+    begin = RankPool.begin
+    with Evaluator("cpu", _settings()) as ev:
+        def abort_first(self):
+            monkeypatch.setattr(RankPool, "begin", begin)
+            ev.abort("cancelled while starting")
+            begin(self)
+
+        monkeypatch.setattr(RankPool, "begin", abort_first)
+        started = time.monotonic()
+        result = ev.evaluate(LINEAR, ADVERSARIAL / "spins_forever.py", world_size=2)
+        took = time.monotonic() - started
+        assert result.status == "stopped" and result.error.message == "cancelled while starting", result.summary()
+        assert took < AFTER_S, took
+        assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=2).correct
+
+
 def test_memory_stays_within_reference_plus_candidate_plus_one_output():
     """Inputs large against the limit: one trial's tensors at a time on each side, one copy of the
     outputs on the reference's side."""

@@ -107,6 +107,19 @@ def get_init_inputs():
     def processes():
         return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 
+    def servers(known):
+        # A rank's own pool's processes were forked from the server too and show its command
+        # line: only those of another user or outside this pool's ranks count.
+        found = {{known}}
+        own = {{os.getpid(), os.getppid()}}
+        for pid in processes():
+            try:
+                if b"fork_server" in open(f"/proc/{{pid}}/cmdline", "rb").read() and os.stat(f"/proc/{{pid}}").st_uid != os.getuid():
+                    found.add(pid)
+            except OSError:
+                pass
+        return sorted(found - own)
+
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     cwd = os.getcwd()
@@ -117,6 +130,7 @@ def get_init_inputs():
         "environ": dict(os.environ),
         "proc_environ": open("/proc/self/environ", "rb").read().decode("utf-8", "replace"),
         "cap_eff": int(status["CapEff"].strip(), 16),
+        "cap_prm": int(status["CapPrm"].strip(), 16),
         # CUDA needs a writable /proc; the kernel's settings in it stay read-only (checked by the
         # mount's flags: writing a sysctl to see would change the host's if the sandbox failed).
         "proc_readonly": bool(os.statvfs("/proc").f_flag & os.ST_RDONLY),
@@ -129,6 +143,10 @@ def get_init_inputs():
         "tcp_postgres": attempt(lambda: tcp(5432)),
         "unix_postgres": attempt(lambda: unix("/var/run/postgresql/.s.PGSQL.5432")),
         "pool_environ": attempt(lambda: len(open(f"/proc/{pool_pid}/environ", "rb").read())),
+        # The fork server every rank is forked from (patched, it would patch every later rank):
+        # by its pid, and by whatever in this rank's /proc looks like it.
+        "server_memory": [attempt(lambda: open(f"/proc/{{pid}}/mem", "r+b").close()) for pid in servers({server_pid})],
+        "server_environ": [attempt(lambda: len(open(f"/proc/{{pid}}/environ", "rb").read())) for pid in servers({server_pid})],
         "raise_open_files": attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (hard * 2, hard * 2))),
         "write_kloom_code": attempt(lambda: write({code_file!r})),
         "write_etc": attempt(lambda: write("/etc/kloom-probe")),
@@ -229,14 +247,15 @@ def _probe(tmp_path: Path, template: str, settings: EvalSettings, **fields) -> P
     job = tmp_path / "job"
     job.mkdir(exist_ok=True)
     workload = job / "probe.py"
-    workload.write_text(textwrap.dedent(template.format(pool_pid=os.getpid(), **fields)))
-    workload.chmod(0o600)
-    job.chmod(0o700)
-    sandbox.share_with_ranks([str(job), str(workload)], settings)  # as the worker does
     settings = replace(settings, cache_scope=f"probe-{tmp_path.name}")
     with Evaluator("cpu", settings) as evaluator:
         isolation = evaluator.pool(2).reference.isolation  # the warm pool the probe then runs in (the candidate's has the same sandbox)
         enforced, cache = isolation.enforced(), isolation.cache_dir()
+        server_pid = isolation.fork_server_pid or os.getpid()
+        workload.write_text(textwrap.dedent(template.format(pool_pid=os.getpid(), server_pid=server_pid, **fields)))
+        workload.chmod(0o600)
+        job.chmod(0o700)
+        sandbox.share_with_ranks([str(job), str(workload)], settings)  # as the worker does
         pidns = os.readlink(f"{isolation.ns_dir}/pid_for_children") if "pid" in isolation.namespaces else ""
         result = evaluator.baseline(workload, world_size=2)
     reports = [json.loads(Path(cache, f"report.{rank}").read_text()) for rank in range(2) if Path(cache, f"report.{rank}").exists()]
@@ -277,7 +296,8 @@ def test_rank_environment_keeps_no_credentials(secrets_in_environment, tmp_path)
 
 def _refused(found: dict, *probes: str) -> None:
     for probe in probes:
-        assert found[probe].startswith("refused"), f"{probe}: {found[probe]}"
+        for attempt in found[probe] if isinstance(found[probe], list) else [found[probe]]:
+            assert attempt.startswith("refused"), f"{probe}: {found[probe]}"
 
 
 @needs_view
@@ -297,7 +317,7 @@ def test_a_service_rank_reaches_nothing_outside_its_pool(tmp_path, secrets_in_en
     for rank, found in enumerate(reports):
         leaked = [k for k, v in found["environ"].items() if k in SECRETS or "SANDBOX" in v]
         assert not leaked and "SANDBOX" not in found["proc_environ"], f"rank {rank} sees {leaked}"
-        assert found["uid"] == NOBODY.pw_uid and found["cap_eff"] == 0 and found["no_new_privs"] == "1"
+        assert found["uid"] == NOBODY.pw_uid and found["cap_eff"] == found["cap_prm"] == 0 and found["no_new_privs"] == "1"
         # Its own private directory; everything else in the temporary directories is covered.
         assert found["cwd"] == found["environ"]["HOME"] == found["environ"]["TMPDIR"] and found["cwd_mode"] == "0o700"
         # Only the way to its own directory, its caches and the job's workload (the worker's files).
@@ -317,13 +337,14 @@ def test_a_service_rank_reaches_nothing_outside_its_pool(tmp_path, secrets_in_en
         _refused(found, "tcp_outside", "tcp_postgres", "unix_postgres", "join_host_network")
         # Its pool's processes only: the pool's reaper, two launchers' ranks; the host's are not there.
         assert len(found["processes"]) <= 4 and os.getpid() not in found["processes"], found["processes"]
-        _refused(found, "pool_environ", "leave_cgroup", "raise_open_files")
+        _refused(found, "pool_environ", "leave_cgroup", "raise_open_files", "server_memory", "server_environ")
     assert code_file.stat().st_mtime_ns == before and not Path("/etc/kloom-probe").exists()
     assert Path(service_data["secret"]).read_text() == "kl_admin-SANDBOX-5e1f\n"
     assert enforced["network"].startswith("own namespace") and enforced["user"] == "nobody"
     assert enforced["processes_visible"].startswith("its pool's only") and enforced["filesystem"].startswith("read-only")
     assert service_data["hidden"] in enforced["hidden_paths"] and "/tmp" in enforced["covered_paths"]
     assert f"scope probe-{tmp_path.name}" in enforced["compiler_caches"]
+    assert enforced["rank_start"].startswith("forked from a fork server"), enforced["rank_start"]
 
 
 @needs_view
@@ -337,12 +358,13 @@ def test_a_rank_of_a_root_caller_is_read_only_too(tmp_path, service_data, outsid
     result, reports, enforced = probed.result, probed.reports, probed.enforced
     assert len(reports) == 2, result.error
     for found in reports:
-        assert found["uid"] == 0 and found["cap_eff"] & ~((1 << 14) | (1 << 23)) == 0
-        _refused(found, "write_kloom_code", "write_etc", "write_root", "hidden_secret", "hidden_write")
+        assert found["uid"] == 0 and (found["cap_eff"] | found["cap_prm"]) & ~((1 << 14) | (1 << 23)) == 0
+        _refused(found, "write_kloom_code", "write_etc", "write_root", "hidden_secret", "hidden_write", "server_memory", "server_environ")
         assert found["hidden_listing"] == "allowed: []"
         assert len(found["processes"]) <= 4, found["processes"]
         assert not found["proc_readonly"] and found["proc_sys_readonly"], found
     assert not Path("/etc/kloom-probe").exists() and enforced["user"] == "root"
+    assert enforced["rank_start"].startswith("forked from a fork server"), enforced["rank_start"]
 
 
 @needs_root
@@ -517,7 +539,9 @@ def test_an_unprivileged_worker_hides_its_data_from_its_ranks(tmp_path, service_
     out.mkdir()
     workload = job / "probe.py"
     code_file = ROOT / "services" / "worker" / "evaluator" / "compare.py"
-    workload.write_text(textwrap.dedent(REACH.format(pool_pid=os.getpid(), outside_port=outside_listener, code_file=str(code_file), **service_data)))
+    # The worker's fork server is found by the probe in its /proc, if it shows there at all.
+    workload.write_text(textwrap.dedent(REACH.format(pool_pid=os.getpid(), server_pid=os.getpid(), outside_port=outside_listener,
+                                                     code_file=str(code_file), **service_data)))
     script = job / "worker.py"
     script.write_text(UNPRIVILEGED_WORKER.format(root=str(ROOT), job=str(job), workload=str(workload), **service_data))
     for path in (job, out, tmp_path):
@@ -543,8 +567,10 @@ def test_an_unprivileged_worker_hides_its_data_from_its_ranks(tmp_path, service_
     enforced = found["enforced"]
     assert enforced["network"].startswith("own namespace") and enforced["filesystem"].startswith("read-only"), enforced
     assert enforced["processes_visible"].startswith("its pool's only"), enforced
+    assert enforced["rank_start"].startswith("forked from a fork server"), enforced["rank_start"]
     for rank in found["reports"]:
-        assert rank["uid"] == NOBODY.pw_uid and rank["cap_eff"] == 0
+        assert rank["uid"] == NOBODY.pw_uid and rank["cap_eff"] == rank["cap_prm"] == 0
+        _refused(rank, "server_memory", "server_environ")
         # The worker's own user could read the data; its ranks do not find it (it lies in /tmp).
         assert rank["hidden_listing"].startswith("refused: FileNotFoundError"), rank["hidden_listing"]
         _refused(rank, "hidden_secret", "hidden_write", "write_etc", "write_kloom_code", "tcp_outside", "tcp_postgres", "unix_postgres")

@@ -167,15 +167,26 @@ def _job_row(sessions, job_id):
 
 
 def _rank_pids(worker_group: int) -> list[int]:
-    """Rank processes whose parent (the worker's child that runs jobs) is in ``worker_group``."""
+    """Rank processes (exec'd, or forked from the worker's fork server, and their launchers)
+    descended from a process in ``worker_group`` (the worker's child that runs jobs)."""
+    def parent(pid: int) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if b"services.worker.evaluator.rank" in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                    if os.getpgid(parent) == worker_group:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                if b"services.worker.evaluator.rank_main" not in cmdline and b"services.worker.evaluator.fork_server" not in cmdline:
+                    continue
+                ancestor = parent(int(entry))
+                for _ in range(4):  # its launcher, the fork server, the worker's child
+                    if ancestor <= 1:
+                        break
+                    if os.getpgid(ancestor) == worker_group:
                         found.append(int(entry))
+                        break
+                    ancestor = parent(ancestor)
             except (OSError, ValueError):
                 continue
     return found

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,8 @@ class Evaluator:
         self.pools: dict[int, JudgePools] = {}
         self._ends_at: float | None = None  # monotonic end of the running evaluation's deadline
         self._aborted: str | None = None  # why ``abort`` ended the call in flight
+        # Set by ``abort``: every pool's waits end at once, those of ranks not started yet too.
+        self._interrupt = threading.Event()
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -69,8 +72,14 @@ class Evaluator:
         """From another thread: end the call in flight within seconds (its ranks are killed); it
         returns ``stopped`` with ``reason``."""
         self._aborted = reason
+        self._interrupt.set()
         for pools in list(self.pools.values()):
             pools.kill_now()
+
+    def _begin_call(self) -> None:
+        """A new call: an ``abort`` ended the one before it, not this one."""
+        self._aborted = None
+        self._interrupt.clear()
 
     def _stopped(self, result) -> None:
         if self._aborted is not None:
@@ -82,7 +91,7 @@ class Evaluator:
         ``workload_sha``, a reference pool that ran another workload starts afresh."""
         pools = self.pools.get(world_size)
         if pools is None:
-            pools = self.pools[world_size] = JudgePools(world_size, self.device, self.settings, self.devices)
+            pools = self.pools[world_size] = JudgePools(world_size, self.device, self.settings, self.devices, self._interrupt)
         pools.start(candidate=candidate, workload_sha=workload_sha)
         return pools
 
@@ -99,7 +108,7 @@ class Evaluator:
         result = EvalResult(status="correct", workload=str(workload), world_size=world_size, device=self.device,
                             evaluator_version=EVALUATOR_VERSION)
         started = time.monotonic()
-        self._aborted = None
+        self._begin_call()
         self._ends_at = None if deadline_s is None else started + max(0.0, deadline_s)
         ran = False  # whether workload or candidate code ran in the pools
         reference_failed = False  # whether the reference's pool is the one that failed
@@ -150,7 +159,7 @@ class Evaluator:
         timed), instead of when the first candidate comes."""
         result = BaselineResult(status="correct", workload=str(workload), world_size=world_size, device=self.device)
         started = time.monotonic()
-        self._aborted = None
+        self._begin_call()
         self._ends_at = None if deadline_s is None else started + max(0.0, deadline_s)
         try:
             info = inspect_workload(workload)
@@ -219,6 +228,7 @@ class Evaluator:
         return self._reference_command("reference_io", workload, world_size, seed)
 
     def _reference_command(self, op: str, workload, world_size: int, seed: int) -> list[dict]:
+        self._begin_call()
         info = inspect_workload(workload)
         info.check_world_size(world_size)
         ref = self._start_pools(world_size, candidate=False, workload_sha=info.sha256).reference

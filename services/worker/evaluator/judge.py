@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import deque
 from contextlib import contextmanager
 
@@ -36,10 +37,13 @@ class Stop(Exception):
 class JudgePools:
     """The reference's and the candidate's rank pools of one world size."""
 
-    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None):
+    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None,
+                 interrupt: threading.Event | None = None):
         self.world_size = world_size
         self._args = (world_size, device, settings, devices)
-        self.reference = RankPool(*self._args, role="reference")
+        #: Shared by every pool of the pair, spares included (``RankPool.interrupt``).
+        self.interrupt = interrupt or threading.Event()
+        self.reference = RankPool(*self._args, role="reference", interrupt=self.interrupt)
         self.candidate = self._new_candidate()
         self.workload_sha = ""  # the workload whose code the reference's ranks have run
         # Candidate ranks begun ahead, for the candidates after this one: each is a fresh set of
@@ -158,7 +162,7 @@ class JudgePools:
             self.spares.append(spare)
 
     def _new_candidate(self) -> RankPool:
-        return RankPool(*self._args, role="candidate")
+        return RankPool(*self._args, role="candidate", interrupt=self.interrupt)
 
     @staticmethod
     def _begin(pool: RankPool) -> bool:

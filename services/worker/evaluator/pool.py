@@ -39,7 +39,8 @@ ERROR_GRACE_S = 5.0
 
 
 class RankPool:
-    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None, role: str = "reference"):
+    def __init__(self, world_size: int, device: str, settings: EvalSettings, devices: list[int] | None = None, role: str = "reference",
+                 interrupt: threading.Event | None = None):
         if role not in ("reference", "candidate"):
             raise ValueError(f"role must be 'reference' or 'candidate', not {role!r}")
         self.role = role
@@ -70,6 +71,9 @@ class RankPool:
         #: GPU rank loads the projection's kernel for them before it says it joined (``rank_main``),
         #: so that a spare admitted during one evaluation has it for the next (0.5 s in a new process).
         self.warm_outputs: list = []
+        #: Set from another thread to end what this pool waits for (a start, a request) at once:
+        #: an abort that came while no rank was running yet to be killed.
+        self.interrupt = interrupt or threading.Event()
 
     # Life cycle -------------------------------------------------------------------------------
     @property
@@ -155,7 +159,7 @@ class RankPool:
                 },
                 cache_dir=cache,
             )
-            argv = [sandbox.python_executable(), "-m", "services.worker.evaluator.rank_main"]
+            argv = [sandbox.python_executable(), "-m", sandbox.RANK_MODULE]
             proc, status_read = self.isolation.spawn(rank, argv, env, self.workdir, self._log_path(rank))
             self.procs.append(proc)
             if rank < self.world_size - 1:  # the next rank joins this one's namespaces: its report first
@@ -198,13 +202,18 @@ class RankPool:
         assert thread is not None
         deadline = time.monotonic() + timeout
         while thread.is_alive() and time.monotonic() < deadline:
+            self._raise_if_interrupted("start")
             self._raise_if_dead(set(range(self.world_size)), "start")
             thread.join(0.1)
         if thread.is_alive():
             listener.close()
             raise PoolFailure("timeout", f"rank processes did not connect within {timeout:.0f} s", log_tail=self._log_tail(0))
+        if len(accepted) < self.world_size:  # the accepting ended early: a rank died as it connected
+            self._raise_if_dead(set(range(self.world_size)), "start", wait_s=1.0)
+            raise PoolFailure("start", f"{self.world_size - len(accepted)} rank process(es) failed to connect", log_tail=self._log_tail(0))
         pending = {id(c): c for c in accepted}
         while pending and time.monotonic() < deadline:
+            self._raise_if_interrupted("start")
             for conn in wait(list(pending.values()), timeout=0.2):
                 try:
                     hello = recv_reply(conn)
@@ -336,6 +345,7 @@ class RankPool:
         """
         if self.starting:
             self.finish()
+        self._raise_if_interrupted(op)
         if not self.alive:
             raise PoolFailure("crashed", f"the {self.role}'s rank pool is not running", role=self.role)
         try:
@@ -357,6 +367,7 @@ class RankPool:
         waiting = {conn: rank for rank, conn in self.conns.items()}
         progress = (started, None)  # when the waiting ranks' CPU time last moved, and its value
         while waiting:
+            self._raise_if_interrupted(op)
             now = time.monotonic()
             if now >= deadline:
                 break
@@ -397,6 +408,10 @@ class RankPool:
         return since, last
 
     # Diagnostics ------------------------------------------------------------------------------
+    def _raise_if_interrupted(self, phase: str) -> None:
+        if self.interrupt.is_set():
+            raise PoolFailure("stopped", f"the {self.role}'s ranks were stopped during {phase}", role=self.role)
+
     def _raise_if_dead(self, ranks: set[int], phase: str, wait_s: float = 0.0) -> None:
         for rank in sorted(ranks):
             proc = self.procs[rank]

@@ -33,7 +33,7 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="kloom-parent-watch", daemon=True).start()
 
 
-def _import_projection_kernel() -> None:
+def import_projection_kernel() -> None:
     """Triton and the projection's kernel imported while this rank waits to be used (0.2-0.3 s in
     a new process on an H200), so that a candidate whose outputs need the kernel pays only its
     load before timing (``projection.warm``). Importing touches neither the device nor the group."""
@@ -54,7 +54,7 @@ def main() -> None:
     authkey = bytes.fromhex(os.environ.pop("KLOOM_POOL_AUTHKEY"))
     store_path = os.environ.pop("KLOOM_POOL_STORE")
     if device_kind == "cuda":
-        _import_projection_kernel()
+        import_projection_kernel()
     # Torch's objects set aside from every later collection while this rank waits to be used:
     # the collections it makes before each timing then scan what its evaluation made
     # (``timing.settle_gc``), not the ~300k objects of its imports.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import pwd
 import secrets
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 
 from kloom.processes import start_process
 
-from . import sandbox_launcher, sandbox_view
+from . import fork_client, sandbox_launcher, sandbox_view
+from .fork_client import ForkedProcess
 from .sandbox_cgroup import PoolCgroup, cgroup_controllers, owner_alive
 from .sandbox_env import compiler_cache_dir, package_root, python_executable, rank_environment
 from .sandbox_launcher import HIDDEN_PATHS, KEPT_CAPABILITIES, Plan, SandboxError
@@ -33,6 +35,15 @@ from .sandbox_user import SERVICE_RANK_USER, can_run_as, rank_user, share_with_r
 
 #: The script every rank is started through.
 LAUNCHER = os.path.abspath(sandbox_launcher.__file__)
+#: The entry point of an evaluator's rank, which a fork server runs in a forked process.
+RANK_MODULE = "services.worker.evaluator.rank_main"
+
+logger = logging.getLogger(__name__)
+
+
+def rank_module_path() -> str:
+    """``sys.argv[0]`` of a rank started as ``python -m RANK_MODULE``."""
+    return os.path.join(os.path.dirname(LAUNCHER), "rank_main.py")
 
 __all__ = [
     "HIDDEN_PATHS", "KEPT_CAPABILITIES", "LAUNCHER", "SERVICE_RANK_USER", "PoolCgroup", "PoolIsolation", "Plan", "SandboxError",
@@ -111,6 +122,10 @@ class PoolIsolation:
         self.shm_dir = ""
         self.view: sandbox_view.View | None = None
         self.ns_dir = ""
+        #: Whether a rank was forked from a fork server; why one could not be, when it could not.
+        self.forked = False
+        self.fork_refused = ""
+        self.fork_server_pid = 0
 
     # Launch ------------------------------------------------------------------------------------
     def prepare(self, socket_path: str | None = None) -> None:
@@ -142,8 +157,8 @@ class PoolIsolation:
     def cache_dir(self) -> str:
         return compiler_cache_dir(self.user.pw_uid if self.user else None, [self.settings.cache_scope, self.role])
 
-    def command(self, rank: int, status_fd: int, argv: list[str]) -> list[str]:
-        """The launcher's command line that starts rank ``rank`` as ``argv``."""
+    def plan(self, rank: int, status_fd: int, parent: int) -> Plan:
+        """What rank ``rank``'s launcher applies; ``parent`` is the process that starts it."""
         s = self.settings
         unprivileged_view = self.view is not None and not self.platform.root
         pool_ns = ""
@@ -151,7 +166,7 @@ class PoolIsolation:
             pool_ns = "new" if rank == 0 else self.ns_dir
             if rank > 0 and not self.ns_dir:
                 raise SandboxError("rank 0 has not made the pool's namespaces")
-        plan = Plan(
+        return Plan(
             status_fd=status_fd,
             # The CUDA driver reserves far more address space than it uses: no RLIMIT_AS there.
             memory_bytes=s.rank_memory_bytes if self.device == "cpu" else 0,
@@ -164,19 +179,26 @@ class PoolIsolation:
             view=dataclasses.asdict(self.view) if self.view is not None else None,
             uid=self.user.pw_uid if self.user else None,
             gid=self.user.pw_gid if self.user else None,
-            parent=os.getpid(),
+            parent=parent,
         )
+
+    def command(self, rank: int, status_fd: int, argv: list[str]) -> list[str]:
+        """The launcher's command line that starts rank ``rank`` as ``argv``."""
+        plan = self.plan(rank, status_fd, os.getpid())
         return [python_executable(), LAUNCHER, json.dumps(dataclasses.asdict(plan)), "--", *argv]
 
-    def spawn(self, rank: int, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> tuple[subprocess.Popen, int]:
+    def spawn(self, rank: int, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> tuple[subprocess.Popen | ForkedProcess, int]:
         """Start rank ``rank`` as ``argv`` through the launcher, in a session of its own, its output
         to ``log_path``; returns the process and the read end of its launcher's status pipe (for
-        ``started``, which closes it)."""
+        ``started``, which closes it). A rank of kloom's own entry point (``RANK_MODULE``) is
+        forked from a fork server where the settings allow it and one runs (``fork_client``)."""
         status_read, status_write = os.pipe()
         log = open(log_path, "wb")
         try:
-            proc = start_process(self.command(rank, status_write, argv), env=env, cwd=cwd, log=log, new_session=True,
-                                 pass_fds=(status_write,))
+            proc = self._forked(rank, argv, env, cwd, log.fileno(), status_write)
+            if proc is None:
+                proc = start_process(self.command(rank, status_write, argv), env=env, cwd=cwd, log=log, new_session=True,
+                                     pass_fds=(status_write,))
         except BaseException:
             os.close(status_read)
             raise
@@ -184,6 +206,21 @@ class PoolIsolation:
             log.close()
             os.close(status_write)
         return proc, status_read
+
+    def _forked(self, rank: int, argv: list[str], env: dict[str, str], cwd: str, log_fd: int, status_fd: int) -> ForkedProcess | None:
+        if not self.settings.fork_ranks or argv[1:] != ["-m", RANK_MODULE] or argv[0] != python_executable():
+            return None
+        try:
+            server = fork_client.server_for(env, self.device == "cuda", self.settings.start_timeout_s)
+            plan = dataclasses.asdict(self.plan(rank, -1, server.pid))
+            proc = server.spawn([rank_module_path()], env, cwd, plan, log_fd, status_fd, new_session=True)
+        except fork_client.ForkUnavailable as exc:
+            if not self.fork_refused:
+                logger.warning("ranks start as new interpreters: %s", exc)
+            self.fork_refused = str(exc)
+            return None
+        self.forked, self.fork_server_pid = True, server.pid
+        return proc
 
     def started(self, rank: int, pid: int, status_read_fd: int, timeout_s: float) -> None:
         """Wait for rank ``rank``'s launcher to report; raises ``SandboxError`` with its reason."""
@@ -233,6 +270,9 @@ class PoolIsolation:
             ])) or "not limited",
             "open_files": f"RLIMIT_NOFILE {s.rank_open_files}" if s.rank_open_files else "not limited",
             "cpu_time": f"RLIMIT_CPU {s.rank_cpu_seconds} s" if s.rank_cpu_seconds else "per-call deadlines only",
+            "rank_start": ("forked from a fork server (rank code imported once), then sandboxed as above" if self.forked else
+                           "a new interpreter" + (f" (no fork server: {self.fork_refused})" if self.fork_refused else
+                                                  " (fork_ranks is off)" if not s.fork_ranks else "")),
         }
 
     def _pids_max(self) -> int:

@@ -41,6 +41,7 @@ _NAMESPACES = {"net": (_CLONE_NEWNET, "net"), "ipc": (_CLONE_NEWIPC, "ipc"), "pi
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _PR_SET_PDEATHSIG, PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -165,6 +166,37 @@ def _drop_capabilities() -> None:
             prctl(_PR_CAPBSET_DROP, cap)
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAP_VERSION_3 = 0x20080522
+
+
+def _limit_capabilities(keep: frozenset[int]) -> None:
+    """This process's effective, permitted and inheritable capabilities: ``keep`` at most (those
+    it has of them); ambient ones cleared."""
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), data), "capget")
+    mask = [0, 0]
+    for cap in keep:
+        mask[cap // 32] |= 1 << (cap % 32)
+    for i in range(2):
+        data[i].permitted &= mask[i]
+        data[i].effective &= mask[i]
+        data[i].inheritable &= mask[i]
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    try:
+        prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError:  # a kernel before 4.3 has no ambient capabilities
+        pass
+
+
 def _enter_pool_namespaces(plan: Plan) -> None:
     """Make (rank 0) or join (the others) the pool's user, network, IPC and pid namespaces. A pid
     namespace takes the launcher's children, not the launcher."""
@@ -251,6 +283,10 @@ def apply(plan: Plan) -> None:
         os.setuid(plan.uid)
     elif root:
         _drop_capabilities()
+    # What this process holds now, not only what an exec would give it: a rank that is not
+    # exec'd (``fork_server``) would otherwise keep a root launcher's capabilities, or those of
+    # the pool's user namespace (with which it could unmount the covers of its own view).
+    _limit_capabilities(KEPT_CAPABILITIES if root and plan.uid is None else frozenset())
     prctl(_PR_SET_NO_NEW_PRIVS, 1)
     # Set last: a change of user clears it. The rank dies with its launcher.
     prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -258,22 +294,24 @@ def apply(plan: Plan) -> None:
         raise SandboxError("the rank's launcher is gone")
 
 
-def _become_rank(plan: Plan, command: list[str]) -> None:
-    apply(plan)
+def _exec_rank(plan: Plan, command: list[str]) -> None:
     if not os.access(command[0], os.X_OK):
         raise SandboxError(f"the rank's user (uid {os.getuid()}) cannot run {command[0]} in its view")
-    os.write(plan.status_fd, b"ok")
-    os.close(plan.status_fd)
+    _report_ok(plan)
     os.execv(command[0], command)
 
 
-def main(argv: list[str]) -> None:
-    """``sandbox.py --probe`` or ``sandbox.py PLAN_JSON -- COMMAND...``."""
-    if argv[:1] == ["--probe"]:
-        print(json.dumps(_probe()))
-        return
-    plan = Plan(**json.loads(argv[0]))
-    command = argv[argv.index("--") + 1 :]
+def _report_ok(plan: Plan) -> None:
+    os.write(plan.status_fd, b"ok")
+    os.close(plan.status_fd)
+
+
+def launch(plan: Plan, command: list[str] | None = None) -> None:
+    """The launcher's steps in this process: join the pool's cgroups and namespaces and (with a
+    pid namespace) fork the rank, this process staying to pass on its exit status; in the rank's
+    process apply ``plan``, report ``ok``, and exec ``command``, or, without one, return (only in
+    the rank's process), which then runs the rank itself (``fork_server``). A step that fails is
+    reported on the status pipe and ends this process (status 70)."""
     try:
         for directory in plan.cgroups:
             with open(os.path.join(directory, "cgroup.procs"), "w") as fh:
@@ -290,10 +328,23 @@ def main(argv: list[str]) -> None:
             if child != 0:
                 os.close(plan.status_fd)
                 _relay(child)
-        _become_rank(plan, command)
+        apply(plan)
+        if command is not None:
+            _exec_rank(plan, command)
+        _report_ok(plan)
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which fails its start
         os.write(plan.status_fd, f"{type(exc).__name__}: {exc}".encode())
         os._exit(70)
+
+
+def main(argv: list[str]) -> None:
+    """``sandbox.py --probe`` or ``sandbox.py PLAN_JSON -- COMMAND...``."""
+    if argv[:1] == ["--probe"]:
+        print(json.dumps(_probe()))
+        return
+    plan = Plan(**json.loads(argv[0]))
+    command = argv[argv.index("--") + 1 :]
+    launch(plan, command)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,10 @@ class EvalSettings:
     #: ``sandbox.SERVICE_RANK_USER``). Workload files must be readable by it.
     rank_user: str = ""
     isolate_network: bool = True
+    #: Fork each rank from a process that imported a rank's code once (``fork_server``), sandboxed
+    #: as an exec'd rank is, instead of starting a new interpreter that imports torch (~2.5 CPU-s
+    #: a rank). Where no fork server can run, ranks start as new interpreters.
+    fork_ranks: bool = True
     #: Directories (or files) shown to ranks as empty, read-only: the service's data (its data
     #: directory with the admin key and the SQLite file, the broker's queue, results). Set by the
     #: worker from ``kloom.settings``; ``/run`` and the cgroup tree are always hidden.
