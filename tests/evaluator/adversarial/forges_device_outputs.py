@@ -16,12 +16,14 @@ _GRAIN = 1 << 21
 
 def _forged(self):
     fds, own, device = _finish(self)
-    if own is None:
+    if own is not None:  # the outputs went into a host file (the CPU, small outputs): call it device memory
+        size = (own.size + _GRAIN - 1) // _GRAIN * _GRAIN
+        own.close()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid) if torch.cuda.is_available() else "GPU-forged"
+        self.devices.append([len(fds) - 1, size, uuid])
+    elif device is None:
         return fds, own, device
-    size = (own.size + _GRAIN - 1) // _GRAIN * _GRAIN
-    own.close()
-    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid) if torch.cuda.is_available() else "GPU-forged"
-    self.devices.append([len(fds) - 1, size, uuid])
+    # The outputs' descriptor (the last) swapped for /dev/null; the real allocation's entry kept.
     return fds[:-1] + [os.open("/dev/null", os.O_RDONLY)], None, device
 
 

@@ -14,11 +14,13 @@ _finish = _protocol._Outgoing.finish
 
 def _forged(self):
     fds, own, device = _finish(self)
-    if own is None:
+    if own is not None:  # the outputs went into a host file (the CPU, small outputs): call it device memory
+        size = own.size
+        own.close()
+        self.devices.append([len(fds) - 1, max(size, 1 << 21), "GPU-forged"])
+    elif device is None:
         return fds, own, device
-    size = own.size
-    own.close()
-    self.devices.append([len(fds) - 1, max(size, 1 << 21), "GPU-forged"])
+    # The outputs' descriptor (the last) swapped for a directory; a real allocation's entry kept.
     return fds[:-1] + [os.open("/", os.O_RDONLY | os.O_DIRECTORY)], None, device
 
 
