@@ -2,13 +2,15 @@
 pools, trials in lockstep, stopped sides, the clock cross-check) against the landed one (git
 ``LANDED``, the candidate in the reference's process), side by side in one run.
 
-    .venv/bin/python benchmarks/judge_cost.py --device cpu --world-sizes 1 2 --candidates 6 --rounds 2
+    .venv/bin/python benchmarks/judge_cost.py --device cpu --world-sizes 1 2 --candidates 6 --rounds 2 [--also unforked late]
 
 Each variant runs in a process of its own (the landed one from a ``git archive`` of its tree in a
 temporary directory), with a warm pool: one evaluation to start it, then ``--candidates`` honest
 candidates whose evaluation times (``EvalResult.phase_seconds["total"]``) are kept. Variants
 alternate for ``--rounds`` rounds, so a slow spell of the machine weighs on both. Prints a
 Markdown table: medians per variant and world size, and the ratio new / landed (goal <= 1.3x).
+``--also`` adds variants of judge v2 (``ALSO``); on a GPU the device memory each variant held is
+sampled too.
 """
 
 from __future__ import annotations
@@ -28,13 +30,44 @@ LANDED = "e6eea0b"  # the last landed commit whose judge is version 1 (the candi
 WORKLOAD = "tests/evaluator/workloads/linear_allreduce.py"
 CANDIDATE = "tests/evaluator/candidates/correct.py"
 
+#: Variants of judge v2 (``--also``): what they change, as ``EvalSettings`` overrides.
+ALSO = {
+    "unforked": ("ranks not forked", {"fork_ranks": False}),
+    "late": ("spares admitted after the candidate", {"admit_spare_during_evaluation": False}),
+}
+
 CHILD = r'''
 import inspect, json, sys, time
 root, device, world, n, workload, candidate = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+overrides = json.loads(sys.argv[7])
 sys.path.insert(0, root)
 from services.worker.evaluator import EvalSettings, Evaluator
-settings = EvalSettings.for_device(device)
+settings = EvalSettings.for_device(device, **overrides)
 out = {"totals": [], "statuses": [], "speedups": [], "starts": [], "errors": [], "phases": []}
+
+
+class DeviceMemory:
+    """GPU 0's used memory above its idle level, and its compute processes, sampled every 5 ms
+    by NVML (the warm candidates only): what the evaluator's processes hold, contexts included."""
+
+    def __init__(self):
+        import threading
+        import pynvml
+        pynvml.nvmlInit()
+        self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.idle = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        self.peak, self.processes, self.on = 0, 0, False
+        self.done = threading.Event()
+        threading.Thread(target=self.sample, daemon=True).start()
+
+    def sample(self):
+        while not self.done.wait(0.005):
+            if self.on:
+                self.peak = max(self.peak, self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.idle)
+                self.processes = max(self.processes, len(self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)))
+
+
+memory = DeviceMemory() if device == "cuda" else None
 with Evaluator(device, settings) as ev:
     # As a job tells it (where the judge takes it): how many candidates follow each one.
     told = "more_after" in inspect.signature(ev.evaluate).parameters
@@ -42,6 +75,8 @@ with Evaluator(device, settings) as ev:
     t0 = time.monotonic()
     first = ev.evaluate(workload, candidate, world_size=world, **ahead(n))
     out["first_s"] = time.monotonic() - t0
+    if memory is not None:
+        memory.on = True
     for i in range(n):
         r = ev.evaluate(workload, candidate, world_size=world, **ahead(n - 1 - i))
         out["totals"].append(r.phase_seconds["total"])
@@ -51,6 +86,9 @@ with Evaluator(device, settings) as ev:
         out["phases"].append(dict(r.phase_seconds))
         if r.status != "correct":
             out["errors"].append(r.status + ": " + (r.error.message if r.error else r.summary())[:400])
+if memory is not None:
+    memory.done.set()
+    out["device_peak_gib"], out["device_processes"] = memory.peak / 2**30, memory.processes
 print("RESULT" + json.dumps(out))
 '''
 
@@ -70,10 +108,11 @@ def landed_tree(directory: Path, given: str | None = None) -> Path:
     return tree
 
 
-def run(root: Path, device: str, world: int, n: int, workload: Path, candidate: Path) -> dict:
+def run(root: Path, overrides: dict, device: str, world: int, n: int, workload: Path, candidate: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(root)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(root), device, str(world), str(n), str(workload), str(candidate)], env=env, cwd=root,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(root), device, str(world), str(n), str(workload), str(candidate), json.dumps(overrides)],
+                          env=env, cwd=root,
                           capture_output=True, text=True, timeout=1800)
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
     if done.returncode != 0 or not line:
@@ -90,27 +129,34 @@ def main() -> None:
     parser.add_argument("--landed", default=None, help="a directory holding the landed tree (default: git archive of LANDED)")
     parser.add_argument("--workload", default=WORKLOAD, help="the workload both judges time (this tree's file)")
     parser.add_argument("--candidate", default=CANDIDATE, help="an honest candidate for it (this tree's file)")
+    parser.add_argument("--also", nargs="*", default=[], choices=sorted(ALSO),
+                        help="more variants of judge v2: " + "; ".join(f"{k}: {v[0]}" for k, v in ALSO.items()))
     args = parser.parse_args()
     # Both judges read the same files (this tree's), so they time the same thing.
     workload, candidate = (ROOT / args.workload).resolve(), (ROOT / args.candidate).resolve()
     with tempfile.TemporaryDirectory(prefix="kloom-judge-cost-") as tmp:
-        variants = {f"landed ({LANDED})": landed_tree(Path(tmp), args.landed), "judge v2": ROOT}
+        variants = {f"landed ({LANDED})": (landed_tree(Path(tmp), args.landed), {}), "judge v2": (ROOT, {})}
+        for name in args.also:
+            variants[f"judge v2, {ALSO[name][0]}"] = (ROOT, ALSO[name][1])
         samples: dict[tuple[str, int], list[float]] = {}
         firsts: dict[tuple[str, int], list[float]] = {}
         statuses: dict[tuple[str, int], set] = {}
         starts: dict[tuple[str, int], list[float]] = {}
         phases: dict[tuple[str, int], list[dict]] = {}
+        device: dict[tuple[str, int], list[tuple[float, int]]] = {}
         errors: list[str] = []
         for world in args.world_sizes:
             for r in range(args.rounds):
                 order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
-                for name, root in order:
-                    got = run(root, args.device, world, args.candidates, workload, candidate)
+                for name, (root, overrides) in order:
+                    got = run(root, overrides, args.device, world, args.candidates, workload, candidate)
                     samples.setdefault((name, world), []).extend(got["totals"])
                     firsts.setdefault((name, world), []).append(got["first_s"])
                     statuses.setdefault((name, world), set()).update(got["statuses"])
                     starts.setdefault((name, world), []).extend(got.get("starts", []))
                     phases.setdefault((name, world), []).extend(got.get("phases", []))
+                    if "device_peak_gib" in got:
+                        device.setdefault((name, world), []).append((got["device_peak_gib"], got["device_processes"]))
                     errors.extend(f"{name}, world size {world}: {e}" for e in got.get("errors", []))
     print(f"Judge cost per candidate on {args.device} ({args.candidates} warm candidates x {args.rounds} rounds per variant, "
           f"{args.workload} with {args.candidate}, EvalSettings.for_device defaults)\n")
@@ -126,16 +172,22 @@ def main() -> None:
             print(f"| {world} | {name} | {statistics.median(xs):.3f} | {p10:.3f}-{p90:.3f} | "
                   f"{statistics.median(waited) if waited else float('nan'):.3f} | "
                   f"{statistics.median(firsts[(name, world)]):.2f} | {', '.join(sorted(statuses[(name, world)]))} |")
-        old, new = (statistics.median(samples[(n, world)]) for n in variants)
-        ratios[world] = new / old
+        old = statistics.median(samples[(next(iter(variants)), world)])
+        ratios[world] = {name: statistics.median(samples[(name, world)]) / old for name in list(variants)[1:]}
     print("\nMedian seconds per phase of an evaluation (`EvalResult.phase_seconds`; the variants name their phases differently)\n")
     for (name, world), rows in phases.items():
         names = sorted({k for row in rows for k in row if k != "total"})
         cells = ", ".join(f"{k} {statistics.median(row.get(k, 0.0) for row in rows):.3f}" for k in names)
         print(f"- world size {world}, {name}: {cells}")
+    if device:
+        print("\nGPU 0's memory above idle while the warm candidates were judged (NVML every 5 ms; the most of any round), "
+              "and the most compute processes it had at once\n")
+        for (name, world), rows in device.items():
+            print(f"- world size {world}, {name}: {max(r[0] for r in rows):.2f} GiB, {max(r[1] for r in rows)} processes")
     print()
-    for world, ratio in ratios.items():
-        print(f"world size {world}: judge v2 / landed = {ratio:.2f}x (goal <= 1.3x)")
+    for world, by_name in ratios.items():
+        for name, ratio in by_name.items():
+            print(f"world size {world}: {name} / landed = {ratio:.2f}x (goal <= 1.3x)")
     if errors:
         print("\nCandidates not judged correct (an honest candidate should be):")
         for e in errors:

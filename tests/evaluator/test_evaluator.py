@@ -119,6 +119,31 @@ def test_a_caller_that_says_how_many_candidates_follow_has_their_ranks_begun_ahe
         assert pools.candidate.admitted
 
 
+def test_spares_kept_off_the_device_during_an_evaluation_are_admitted_as_its_candidate_goes(monkeypatch):
+    """``admit_spare_during_evaluation`` off (or, on a GPU, no room for it): while a candidate is
+    judged, the next one's ranks stay unjoined (on a GPU: no CUDA context beside the two sides');
+    they are admitted as the judged candidate's ranks are killed, and join by the next evaluation."""
+    from services.worker.evaluator.judge import JudgePools
+
+    seen: list[bool] = []
+    ready = JudgePools.ready_candidate
+
+    def spy(self, outputs=None, admit_spare=True):
+        ready(self, outputs, admit_spare)
+        seen.append(any(s.admitted for s in self.spares))
+
+    monkeypatch.setattr(JudgePools, "ready_candidate", spy)
+    for during in (False, True):
+        seen.clear()
+        settings = EvalSettings.for_device("cpu", shapes="ci", timing_budget_s=0.2, min_iters=5, spare_candidate_pools=2,
+                                           spares_for_announced=2, admit_spare_during_evaluation=during)
+        with Evaluator("cpu", settings) as ev:
+            for left in (2, 1):
+                assert ev.evaluate(LINEAR, CANDIDATES / "correct.py", world_size=1, more_after=left).correct
+                assert ev.pools[1].candidate.admitted and ev.pools[1].candidate.alive
+        assert seen == [during, during], (during, seen)
+
+
 def test_a_baseline_told_that_candidates_follow_begins_their_ranks_and_times_the_reference_alone():
     """A job's baseline comes before its first candidate: told how many follow, the evaluator
     begins the first candidate's ranks (and spares) there, importing torch while the reference

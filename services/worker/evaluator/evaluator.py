@@ -274,9 +274,9 @@ class Evaluator:
                 pools.begin_candidate()
             return pools
 
-    def candidate_ready(self, pools: JudgePools, outputs: list | None = None) -> None:
+    def candidate_ready(self, pools: JudgePools, outputs: list | None = None, admit_spare: bool = True) -> None:
         with self._starting(pools.world_size):
-            pools.ready_candidate(outputs)
+            pools.ready_candidate(outputs, admit_spare)
 
     @contextmanager
     def _starting(self, world_size: int):

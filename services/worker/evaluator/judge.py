@@ -114,16 +114,17 @@ class JudgePools:
         if not self.candidate.alive and not self.candidate.starting:
             self.candidate.begin()
 
-    def ready_candidate(self, outputs: list | None = None) -> None:
+    def ready_candidate(self, outputs: list | None = None, admit_spare: bool = True) -> None:
         """The candidate's ranks joined; the next candidate's, if begun ahead, are admitted (they
         initialise the device and form their process group meanwhile, stopped while a block is
-        timed). ``outputs``: (bytes, dtype name) of the reference's output leaves, which the
+        timed) with ``admit_spare`` (the caller's judgement of the device's room), else as this
+        candidate's go (``renew_candidate``). ``outputs``: (bytes, dtype name) of the reference's output leaves, which the
         ranks load the projection's kernel for as they join (``RankPool.warm_outputs``)."""
         for pool in (self.candidate, *list(self.spares)[:1]):
             if not pool.admitted:
                 pool.warm_outputs = list(outputs or [])
         _ready(self.candidate)
-        if self.spares:
+        if self.spares and admit_spare:
             self.spares[0].admit()
 
     def renew_candidate(self, more_after: int = 0) -> None:
@@ -146,6 +147,7 @@ class JudgePools:
             self.spares.popleft().kill()
         if self.spares:
             self.candidate = self.spares.popleft()
+            self.candidate.admit()  # on the device now, if it was not during the evaluation
         else:
             self.candidate = self._new_candidate()
             self._begin(self.candidate)

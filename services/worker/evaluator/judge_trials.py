@@ -66,7 +66,7 @@ class Trials:
             self.outputs = sorted({(size, dtype) for rep in first.by_rank.values()
                                    for size, dtype in zip(rep.get("output_sizes", []), rep.get("output_dtypes", []))})
             with ev._phase(result, "start_candidate"):
-                ev.candidate_ready(self.pools, self.outputs)
+                ev.candidate_ready(self.pools, self.outputs, admit_spare=self._room_for_spare(first))
             with ev._phase(result, "load"):
                 path = self._write_candidate()
                 per_rank = {r: {"init_args": load.by_rank[r]["init_args"]} for r in range(self.world)}
@@ -237,6 +237,20 @@ class Trials:
                     ways.add("device memory" if isinstance(x.blob, DeviceBlob) else "host memory")
         if ways:
             self.result.environment["candidate_outputs"] = ",".join(sorted(ways))
+
+    def _room_for_spare(self, first: Replies) -> bool:
+        """Whether the next candidate's ranks may take the device during this evaluation
+        (``EvalSettings.admit_spare_during_evaluation``): on a GPU, where the card holds twice
+        what the reference holds (the candidate's is not known yet), a copy of the outputs and
+        ``spare_device_bytes`` more, within the device-memory limit where one is set."""
+        if not self.s.admit_spare_during_evaluation:
+            return False
+        if self.ev.device != "cuda":
+            return True
+        own = max(self.peaks["reference"], max(int(b) for b in replies_value(first, "own_bytes", 0)))
+        card = float(self.pools.environment.get("gpu_memory_gib") or 0.0) * (1 << 30)
+        limits = [x for x in (card, self.s.device_memory_limit_bytes) if x > 0]
+        return bool(limits) and 2 * own + self.output_bytes + self.s.spare_device_bytes <= min(limits)
 
     def _candidate_share(self, first: Replies) -> int:
         """What the device-memory limit leaves the candidate: the limit less the reference's own

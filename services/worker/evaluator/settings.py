@@ -30,6 +30,17 @@ class EvalSettings:
     #: cores they would take the reference's, and jobs that end at their baseline would start
     #: ranks for nothing.
     candidates_begin_at_baseline: bool = False
+    #: Let the next candidate's ranks (the first spare) initialise the device, form their process
+    #: group and load the projection's kernel while a candidate is judged, where the GPU has room
+    #: (twice the reference's own bytes, a copy of the outputs and ``spare_device_bytes``). Off,
+    #: or without the room, they do so once the judged candidate's ranks are gone: one candidate's
+    #: processes (a CUDA context, library workspaces and an allocator cache, ~1.1 GiB on an H100)
+    #: hold the device at a time beside the reference's, and the next ones initialise while the
+    #: reference runs its first trial, which costs 0.4-0.7 s a candidate on one H100
+    #: (benchmarks/results/judge_cost_cuda.md).
+    admit_spare_during_evaluation: bool = True
+    #: What a candidate's rank process holds on the device before its tensors (see above).
+    spare_device_bytes: int = 2 << 30
     load_timeout_s: float = 300.0
     call_timeout_s: float = 60.0
     timing_timeout_s: float = 300.0
