@@ -1,11 +1,14 @@
-"""A pool's start when something other than its ranks answers: a connection that fails the
-handshake ends the pool's accepting early; the start must fail with the reason (and the judge start
-it again), never finish with fewer ranks joined than the pool has, which would answer every
-request with no replies at all."""
+"""A pool's start that cannot be finished must fail with the reason (and the judge start the pool
+again), never finish with ranks missing: a connection that fails the handshake ends the pool's
+accepting early (fewer ranks joined than the pool has would answer every request with no
+replies), and ranks that joined ahead may have died before the start is finished."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from multiprocessing.connection import Client
 
 import pytest
@@ -37,5 +40,25 @@ def test_a_start_whose_accepting_ended_early_fails_instead_of_joining_no_ranks()
         pool.start()  # as the judge does after a failed start: a new one joins
         replies = pool.request("release", {"collect": False}, timeout=30)
         assert sorted(replies.by_rank) == [0]
+    finally:
+        pool.kill()
+
+
+def test_ranks_that_joined_ahead_and_died_since_fail_the_start():
+    """A spare admitted during one evaluation joins (its hello waits unread) and may be killed
+    before the next evaluation takes it (an abort kills every pool's ranks): taking it must fail,
+    for the judge to start fresh ranks, not hand it requests that find no rank."""
+    pool = RankPool(1, "cpu", EvalSettings.for_device("cpu", start_timeout_s=60.0), role="candidate")
+    try:
+        pool.begin()
+        pool.admit()
+        deadline = time.monotonic() + 60
+        while not (pool._accepted and pool._accepted[0].poll()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool._accepted, "the rank did not join"
+        os.killpg(pool.procs[0].pid, signal.SIGKILL)
+        pool.procs[0].wait(10)
+        with pytest.raises(PoolFailure, match="died"):
+            pool.finish()
     finally:
         pool.kill()

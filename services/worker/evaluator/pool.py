@@ -126,6 +126,8 @@ class RankPool:
             if report is not None:
                 self._started(*report)
             self._accept(listener, max(1.0, left, min(30.0, self.settings.start_timeout_s)))
+            # Ranks that joined long ago (a spare admitted ahead) may have died since.
+            self._raise_if_dead(set(range(self.world_size)), "start")
         except BaseException:
             self.kill()
             raise
