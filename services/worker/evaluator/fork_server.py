@@ -31,6 +31,8 @@ import tempfile
 import traceback
 from collections.abc import Callable
 
+import torch
+
 from . import rank_main, sandbox_launcher
 from .fork_client import LENGTH, PID, READY, STATUS
 from .timing import settle_gc
@@ -46,8 +48,6 @@ def thread_count() -> int:
 def _import_rank_code(warm_kernels: bool) -> None:
     if warm_kernels:
         rank_main.import_projection_kernel()
-    import torch  # imported by rank_main already; checked here, once
-
     if torch.cuda.is_initialized():  # nothing above may touch the device: a fork would inherit it
         raise RuntimeError("CUDA was initialised while importing a rank's code")
 
@@ -187,9 +187,7 @@ def _run_rank(request: dict) -> int:
         sys.path[0] = os.getcwd()
     tempfile.tempdir = None
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        import torch  # already imported: sets the thread count an interpreter would read at start
-
+    if threads.isdigit() and int(threads) > 0:  # the thread count an interpreter would read at start
         torch.set_num_threads(int(threads))
     try:
         rank_main.main()
