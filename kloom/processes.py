@@ -102,6 +102,20 @@ def kill_tree(pid: int) -> None:
         pass
 
 
+def wait_exited(pids: list[int], timeout: float) -> bool:
+    """Whether every one of ``pids`` exited (gone or a zombie: its memory, files and device
+    contexts released) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while True:
+        pending = [pid for pid in pending if alive(pid)]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
+
+
 def wait_stopped(pids: list[int], timeout: float) -> bool:
     """Whether every thread of ``pids`` (those still alive) reached a stopped state within
     ``timeout`` seconds."""

@@ -19,6 +19,7 @@ problems measured without it, beside an eager time measured again in the same pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import subprocess
@@ -232,7 +233,8 @@ def run_kloom(row: dict, args, save) -> None:
     from services.worker.evaluator import EvalSettings, Evaluator
 
     overrides = {"timing_budget_s": args.timing_budget_s} if args.timing_budget_s else {}
-    settings = EvalSettings.for_device(args.device, **overrides)
+    # KLOOM_EVAL_<FIELD> variables set a setting for a whole run (benchmarks/gpu/spare_memory.sh).
+    settings = dataclasses.replace(EvalSettings.from_env(args.device), **overrides)
     spec = JobSpec(workload=str(Path(args.workload).resolve()), world_size=1, device=args.device, shapes=settings.shapes,
                    strategist="offline", limits=Limits(max_iters=args.max_candidates), use_kb=False, profile="none")
     t0 = time.monotonic()

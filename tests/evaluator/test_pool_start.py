@@ -62,3 +62,19 @@ def test_ranks_that_joined_ahead_and_died_since_fail_the_start():
             pool.finish()
     finally:
         pool.kill()
+
+
+def test_a_killed_pool_has_no_process_left_when_kill_returns():
+    """Every process of the pool (launchers, the pid namespace's reaper, the ranks) has exited
+    when ``kill`` returns: a rank that outlived it would still hold its memory and, on a GPU, its
+    device context while the next pool starts."""
+    from kloom.processes import alive
+
+    pool = RankPool(2, "cpu", EvalSettings.for_device("cpu", start_timeout_s=60.0), role="candidate")
+    try:
+        pool.start()
+        pids = pool.processes()
+        assert len(pids) >= 2
+    finally:
+        pool.kill()
+    assert not [pid for pid in pids if alive(pid)]

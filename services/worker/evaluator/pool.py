@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
-from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, reap, wait_stopped
+from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, reap, wait_exited, wait_stopped
 
 from . import sandbox
 from .pool_replies import PoolFailure, Replies
@@ -32,6 +32,8 @@ __all__ = ["PoolFailure", "RankPool", "Replies"]
 STALL_CPU_S = 0.05
 #: How long ``stop`` waits for every thread of a stopped side to show as stopped.
 STOP_WAIT_S = 0.5
+#: How long ``kill`` waits for the killed processes to have exited.
+KILL_WAIT_S = 3.0
 
 #: After one rank reports an error, how long the others get to answer before they are taken
 #: as stuck (typically waiting in a collective for the rank that failed).
@@ -252,7 +254,11 @@ class RankPool:
         self.kill()
 
     def kill(self) -> None:
-        """Kill every rank and everything it started; remove the private directory."""
+        """Kill every rank and everything it started, and wait (briefly) until they have exited:
+        a rank in the pool's pid namespace outlives its launcher for a moment, holding its
+        memory and its device context, which the next pool's ranks would find still taken.
+        Remove the private directory."""
+        doomed = self.processes() if self.procs else []
         self.stopped = False
         if self._report is not None:
             try:
@@ -276,6 +282,7 @@ class RankPool:
             except (ProcessLookupError, PermissionError):
                 pass
         reap(self.procs)
+        wait_exited(doomed, KILL_WAIT_S)
         for conn in self.conns.values():
             conn.close()
         self.procs, self.conns = [], {}
