@@ -4,7 +4,8 @@
 # their own sizes: each problem's job twice in one call, default settings then late admission,
 # with what the evaluator's processes held on the GPU (NVML, contexts included), the job's wall
 # time and its result. Carry .whl and .gpu (a copy of ../shared/third_party).
-#   bash benchmarks/gpu/spare_memory.sh PROBLEM_PREFIX...   (e.g. level1_95 level2_95)
+#   [VARIANTS="early late"] bash benchmarks/gpu/spare_memory.sh PROBLEM_PREFIX...   (e.g. level1_95 level2_95)
+# Variants: default (the settings as they are), early and late (the setting forced on and off).
 set -u
 echo open > /tmp/kloom-sandbox.verdict  # one GPU: the NCCL-in-sandbox check needs two
 . benchmarks/gpu/prelude.sh
@@ -19,8 +20,10 @@ PY
 for prefix in "$@"; do
   workload=$(ls "$suite"/level*/"$prefix"_*.py | head -1)
   name=$(basename "$workload" .py)
-  for variant in default late; do
-    extra=""; [ "$variant" = late ] && extra="KLOOM_EVAL_ADMIT_SPARE_DURING_EVALUATION=0"
+  for variant in ${VARIANTS:-early late}; do
+    extra=""
+    [ "$variant" = late ] && extra="KLOOM_EVAL_ADMIT_SPARE_DURING_EVALUATION=0"
+    [ "$variant" = early ] && extra="KLOOM_EVAL_ADMIT_SPARE_DURING_EVALUATION=1"
     env $extra timeout 280 python3 benchmarks/gpu/kernelbench_problem.py --workload "$workload" --name "$name" \
       --result "/tmp/$name.$variant.json" --modes eager --max-candidates 3 --jobs /tmp/jobs > "/tmp/$name.$variant.log" 2>&1
     echo "$name $variant exit $?"
