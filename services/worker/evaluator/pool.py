@@ -33,7 +33,7 @@ STALL_CPU_S = 0.05
 #: How long ``stop`` waits for every thread of a stopped side to show as stopped.
 STOP_WAIT_S = 0.5
 #: How long ``kill`` waits for the killed processes to have exited.
-KILL_WAIT_S = 3.0
+KILL_WAIT_S = 1.0
 
 #: After one rank reports an error, how long the others get to answer before they are taken
 #: as stuck (typically waiting in a collective for the rank that failed).

@@ -32,14 +32,15 @@ class EvalSettings:
     candidates_begin_at_baseline: bool = False
     #: Let the next candidate's ranks (the first spare) initialise the device, form their process
     #: group and load the projection's kernel while a candidate is judged, where the GPU has room
-    #: (twice the reference's own bytes, a copy of the outputs and ``spare_device_bytes``). Off
-    #: (a GPU's default), or without the room, they do so once the judged candidate's ranks have
-    #: exited: one candidate's processes (a CUDA context, library workspaces and an allocator
-    #: cache, ~1.1 GiB on an H100) hold the device at a time beside the reference's, and the next
-    #: ones initialise while the job writes its next candidate and the reference runs its first
-    #: trial. On one H100 that held 1.1-1.2 GiB less through whole KernelBench jobs in the same
-    #: job time (benchmarks/results/spare_memory_cuda.md); judged back to back with nothing in
-    #: between, a candidate waits 0.4-0.7 s more (benchmarks/results/judge_cost_cuda.md).
+    #: (twice the reference's own bytes, a copy of the outputs and ``spare_device_bytes``). Off,
+    #: or without the room, they do so once the judged candidate's ranks have exited: one
+    #: candidate's processes (a CUDA context, library workspaces and an allocator cache, ~1.1 GiB
+    #: on an H100) hold the device at a time beside the reference's, and the next ones initialise
+    #: while the job writes its next candidate and the reference runs its first trial. On one
+    #: H100 off held 1.1-1.2 GiB less through whole KernelBench jobs
+    #: (benchmarks/results/spare_memory_cuda.md); judged back to back, a candidate waits 0.4-0.7 s
+    #: more (benchmarks/results/judge_cost_cuda.md); its cost to a whole job is not measured apart
+    #: from the compiler caches' warmth yet, so it stays on by default.
     admit_spare_during_evaluation: bool = True
     #: What a candidate's rank process holds on the device before its tensors (see above).
     spare_device_bytes: int = 2 << 30
@@ -170,7 +171,6 @@ class EvalSettings:
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
             base.spares_for_announced = 3
             base.candidates_begin_at_baseline = True
-            base.admit_spare_during_evaluation = False
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5
