@@ -102,6 +102,19 @@ def kill_tree(pid: int) -> None:
         pass
 
 
+def namespace_init(pid: int) -> bool:
+    """Whether ``pid`` is the first process (pid 1) of a pid namespace nested below this one's."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
 def wait_exited(pids: list[int], timeout: float) -> bool:
     """Whether every one of ``pids`` exited (gone or a zombie: its memory, files and device
     contexts released) within ``timeout`` seconds."""

@@ -64,17 +64,22 @@ def test_ranks_that_joined_ahead_and_died_since_fail_the_start():
         pool.kill()
 
 
-def test_a_killed_pool_has_no_process_left_when_kill_returns():
-    """Every process of the pool (launchers, the pid namespace's reaper, the ranks) has exited
-    when ``kill`` returns: a rank that outlived it would still hold its memory and, on a GPU, its
-    device context while the next pool starts."""
-    from kloom.processes import alive
+def test_a_killed_pool_has_no_rank_left_when_kill_returns_and_nothing_soon_after():
+    """The ranks and their launchers have exited when ``kill`` returns (a rank that outlived it
+    would still hold its memory and, on a GPU, its device context while the next pool starts),
+    quickly; the pid namespace's reaper follows within seconds."""
+    from kloom.processes import alive, namespace_init, wait_exited
 
     pool = RankPool(2, "cpu", EvalSettings.for_device("cpu", start_timeout_s=60.0), role="candidate")
     try:
         pool.start()
         pids = pool.processes()
-        assert len(pids) >= 2
+        reapers = [pid for pid in pids if namespace_init(pid)]
+        assert len(pids) >= 4 and len(reapers) <= 1, pids
     finally:
+        started = time.monotonic()
         pool.kill()
-    assert not [pid for pid in pids if alive(pid)]
+        took = time.monotonic() - started
+    assert not [pid for pid in pids if alive(pid) and pid not in reapers]
+    assert took < 0.8, took  # not waiting on the reaper
+    assert wait_exited(pids, 10.0)

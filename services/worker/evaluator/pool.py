@@ -19,7 +19,8 @@ import time
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
-from kloom.processes import descendants, exit_description, log_tail, process_cpu_seconds, reap, wait_exited, wait_stopped
+from kloom.processes import (descendants, exit_description, log_tail, namespace_init, process_cpu_seconds, reap, wait_exited,
+                             wait_stopped)
 
 from . import sandbox
 from .pool_replies import PoolFailure, Replies
@@ -254,11 +255,13 @@ class RankPool:
         self.kill()
 
     def kill(self) -> None:
-        """Kill every rank and everything it started, and wait (briefly) until they have exited:
-        a rank in the pool's pid namespace outlives its launcher for a moment, holding its
-        memory and its device context, which the next pool's ranks would find still taken.
-        Remove the private directory."""
-        doomed = self.processes() if self.procs else []
+        """Kill every rank and everything it started, and wait (briefly) until the ranks and
+        what they started have exited: a rank in the pool's pid namespace may outlive its
+        launcher for a moment, holding its memory and its device context, which the next pool's
+        ranks would find still taken. The namespace's reaper, which holds neither, goes last and
+        is not waited for (it takes a second or more to tear the namespace down). Remove the
+        private directory."""
+        doomed = [pid for pid in self.processes() if not namespace_init(pid)] if self.procs else []
         self.stopped = False
         if self._report is not None:
             try:
