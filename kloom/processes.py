@@ -118,29 +118,27 @@ def namespace_init(pid: int) -> bool:
 def wait_exited(pids: list[int], timeout: float) -> bool:
     """Whether every one of ``pids`` exited (gone or a zombie: its memory, files and device
     contexts released) within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    pending = list(pids)
-    while True:
-        pending = [pid for pid in pending if alive(pid)]
-        if not pending:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.002)
+    return _wait_all(pids, lambda pid: not alive(pid), timeout, 0.002)
 
 
 def wait_stopped(pids: list[int], timeout: float) -> bool:
     """Whether every thread of ``pids`` (those still alive) reached a stopped state within
     ``timeout`` seconds."""
+    return _wait_all(pids, _all_threads_stopped, timeout, 0.0005)
+
+
+def _wait_all(pids: list[int], done: Callable[[int], bool], timeout: float, pause: float) -> bool:
+    """Whether ``done`` held for every one of ``pids`` within ``timeout`` seconds (polled every
+    ``pause`` seconds)."""
     deadline = time.monotonic() + timeout
     pending = list(pids)
     while True:
-        pending = [pid for pid in pending if not _all_threads_stopped(pid)]
+        pending = [pid for pid in pending if not done(pid)]
         if not pending:
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.0005)
+        time.sleep(pause)
 
 
 def _all_threads_stopped(pid: int) -> bool:

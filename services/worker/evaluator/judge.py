@@ -118,8 +118,9 @@ class JudgePools:
         """The candidate's ranks joined; the next candidate's, if begun ahead, are admitted (they
         initialise the device and form their process group meanwhile, stopped while a block is
         timed) with ``admit_spare`` (the caller's judgement of the device's room), else as this
-        candidate's go (``renew_candidate``). ``outputs``: (bytes, dtype name) of the reference's output leaves, which the
-        ranks load the projection's kernel for as they join (``RankPool.warm_outputs``)."""
+        candidate's go (``renew_candidate``). ``outputs``: (bytes, dtype name) of the reference's
+        output leaves, which the ranks load the projection's kernel for as they join
+        (``RankPool.warm_outputs``)."""
         for pool in (self.candidate, *list(self.spares)[:1]):
             if not pool.admitted:
                 pool.warm_outputs = list(outputs or [])

@@ -238,6 +238,11 @@ class Trials:
         if ways:
             self.result.environment["candidate_outputs"] = ",".join(sorted(ways))
 
+    def _reference_own(self, first: Replies) -> int:
+        """What the reference's ranks hold (the most of any rank): its peak so far, or its first
+        trial's inputs, weights and outputs."""
+        return max(self.peaks["reference"], max(int(b) for b in replies_value(first, "own_bytes", 0)))
+
     def _room_for_spare(self, first: Replies) -> bool:
         """Whether the next candidate's ranks may take the device during this evaluation
         (``EvalSettings.admit_spare_during_evaluation``): on a GPU, where the card holds twice
@@ -247,7 +252,7 @@ class Trials:
             return False
         if self.ev.device != "cuda":
             return True
-        own = max(self.peaks["reference"], max(int(b) for b in replies_value(first, "own_bytes", 0)))
+        own = self._reference_own(first)
         card = float(self.pools.environment.get("gpu_memory_gib") or 0.0) * (1 << 30)
         limits = [x for x in (card, self.s.device_memory_limit_bytes) if x > 0]
         return bool(limits) and 2 * own + self.output_bytes + self.s.spare_device_bytes <= min(limits)
@@ -258,7 +263,7 @@ class Trials:
         limit = self.s.device_memory_limit_bytes
         if not limit:
             return 0
-        own = max(self.peaks["reference"], max(int(b) for b in replies_value(first, "own_bytes", 0)))
+        own = self._reference_own(first)
         share = limit - own - self.output_bytes
         if share <= 0:
             raise Stop("resource_limit", ErrorInfo(kind="resource_limit", phase="prepare", message=(
