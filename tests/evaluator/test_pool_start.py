@@ -1,7 +1,8 @@
 """A pool's start that cannot be finished must fail with the reason (and the judge start the pool
 again), never finish with ranks missing: a connection that fails the handshake ends the pool's
 accepting early (fewer ranks joined than the pool has would answer every request with no
-replies), and ranks that joined ahead may have died before the start is finished."""
+replies), and ranks that joined ahead may have died before the start is finished. And what a
+pool's ranks are forked from (a fork server) is not closed under them."""
 
 from __future__ import annotations
 
@@ -83,3 +84,26 @@ def test_a_killed_pool_has_no_rank_left_when_kill_returns_and_nothing_soon_after
     assert not [pid for pid in pids if alive(pid) and pid not in reapers]
     assert took < 0.8, took  # not waiting on the reaper
     assert wait_exited(pids, 10.0)
+
+
+def test_a_fork_server_with_running_ranks_is_not_closed_to_make_room(monkeypatch):
+    """Closing a fork server ends the ranks forked from it (their launchers die with it): a
+    server needed for ranks of another environment while every kept server has ranks running
+    is refused (those ranks start as new interpreters), and the running pool lives on."""
+    from services.worker.evaluator import fork_client
+
+    monkeypatch.setattr(fork_client, "MAX_SERVERS", 1)
+    fork_client.close_servers()
+    pool = RankPool(1, "cpu", EvalSettings.for_device("cpu", start_timeout_s=60.0), role="candidate")
+    other = dict(os.environ, NCCL_DEBUG="INFO")  # a variable the server shares: another server
+    try:
+        pool.start()
+        assert pool.isolation.forked, pool.isolation.fork_refused
+        with pytest.raises(fork_client.ForkUnavailable, match="already serve running ranks"):
+            fork_client.server_for(other, False, 60.0)
+        assert pool.alive
+        assert sorted(pool.request("release", {"collect": False}, timeout=30).by_rank) == [0]
+    finally:
+        pool.kill()
+    assert fork_client.server_for(other, False, 60.0).alive  # the idle one made room
+    fork_client.close_servers()

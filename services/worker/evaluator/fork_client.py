@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 
-from kloom.processes import end_tree, log_tail, start_process
+from kloom.processes import alive, end_tree, log_tail, start_process
 
 from .sandbox_env import python_executable
 
@@ -41,7 +41,8 @@ READY = struct.Struct("!qi")
 #: variable is the server's own.
 PER_POOL = ("HOME", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "OMP_NUM_THREADS")
 PER_POOL_PREFIX = "KLOOM_"
-#: Servers kept at once (each holds a process with torch imported, ~0.4 GB).
+#: Servers kept at once (each holds a process with torch imported, ~0.4 GB). Only a server
+#: whose forked ranks have all ended is closed to make room (closing one ends its ranks too).
 MAX_SERVERS = 2
 
 
@@ -118,6 +119,7 @@ class ForkServer:
         theirs.close()
         self.control = ours
         self.lock = threading.Lock()
+        self.children: list[ForkedProcess] = []
         try:
             ready, _, _ = select.select([ours], [], [], timeout_s)
             data = ours.recv(READY.size, socket.MSG_WAITALL) if ready else b""
@@ -133,6 +135,12 @@ class ForkServer:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def idle(self) -> bool:
+        """Whether no rank forked from this server runs (its launchers die with it)."""
+        self.children = [c for c in self.children if c.returncode is None and alive(c.pid)]
+        return not self.children
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, plan: dict, log_fd: int, status_fd: int,
               new_session: bool) -> ForkedProcess:
@@ -155,7 +163,9 @@ class ForkServer:
             ours.close()
             theirs.close()
             raise ForkUnavailable(f"the fork server failed: {exc}") from exc
-        return ForkedProcess(PID.unpack(data)[0], ours, argv)
+        child = ForkedProcess(PID.unpack(data)[0], ours, argv)
+        self.children.append(child)
+        return child
 
     def close(self) -> None:
         self.control.close()
@@ -192,7 +202,10 @@ def server_for(env: dict[str, str], warm_kernels: bool, timeout_s: float) -> For
             if key in _failed:
                 raise ForkUnavailable(_failed[key])
             while len(_servers) >= MAX_SERVERS:
-                _servers.pop(next(iter(_servers))).close()
+                idle = next((k for k, s in _servers.items() if s.idle), None)
+                if idle is None:  # every server has ranks running: this one's start as interpreters
+                    raise ForkUnavailable(f"{MAX_SERVERS} fork servers already serve running ranks")
+                _servers.pop(idle).close()
             try:
                 server = _servers[key] = ForkServer(shared, warm_kernels, timeout_s)
             except (ForkUnavailable, OSError) as exc:
