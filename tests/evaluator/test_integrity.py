@@ -32,3 +32,22 @@ def test_torch_compile_is_not_tampering():
     fn = torch.compile(lambda x: (x * 2).sin() + 1)
     fn(torch.randn(8))
     assert snap.violations() == []
+
+
+def test_a_method_set_on_a_watched_class_is_noticed():
+    # torch.Tensor's own dict has no "add" (the C base class holds it): setting one shadows the
+    # method for every tensor, and the old check, which compared only the names it had recorded,
+    # let it pass.
+    snap = Snapshot()
+    try:
+        torch.Tensor.add = lambda self, other: self
+        found = snap.violations()
+        assert any("torch.Tensor.add" in v for v in found)
+    finally:
+        del torch.Tensor.add
+    assert snap.violations() == []
+    torch.Tensor.shape_note = 3  # a plain value is no callable: not what the check follows
+    try:
+        assert snap.violations() == []
+    finally:
+        del torch.Tensor.shape_note

@@ -67,18 +67,36 @@ def numeric_settings() -> dict[str, object]:
     return settings
 
 
-def _identities() -> dict[str, int]:
-    ids: dict[str, int] = {}
+def _watched(attr: str, value) -> bool:
+    """Whether ``attr`` of a watched module is a public callable the check follows."""
+    if attr in _SKIP or (attr.startswith("__") and attr not in ("__call__", "__init__", "__new__")):
+        return False
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def _identities() -> dict[str, dict[str, int]]:
+    """Per watched module, the identity of each of its public callables by attribute name."""
+    ids: dict[str, dict[str, int]] = {}
     for modname, obj in _WATCHED_MODULES.items():
-        namespace = vars(obj)
-        for attr, value in list(namespace.items()):
-            if attr in _SKIP:
-                continue
-            if attr.startswith("__") and attr not in ("__call__", "__init__", "__new__"):
-                continue
-            if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
-                ids[f"{modname}.{attr}"] = id(value)
+        ids[modname] = {attr: id(value) for attr, value in list(vars(obj).items()) if _watched(attr, value)}
     return ids
+
+
+def _patched(identities: dict[str, dict[str, int]]) -> list[str]:
+    """``module.attr`` of every recorded callable now bound to another object, and of every
+    callable added since (``torch.Tensor.add`` set on the class shadows the C base's method),
+    where torch did not define the new one (``_defined_in_torch``); one removed counts as
+    unchanged. One pass over each namespace with no string built per attribute: the check runs
+    after every candidate command, and building every key took ~2 ms of each."""
+    found = []
+    for modname, recorded in identities.items():
+        for attr, value in list(vars(_WATCHED_MODULES[modname]).items()):
+            ident = recorded.get(attr)
+            if ident == id(value) or (ident is None and not _watched(attr, value)):
+                continue
+            if not _defined_in_torch(value):
+                found.append(f"{modname}.{attr}")
+    return sorted(found)
 
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -100,25 +118,16 @@ def _defined_in_torch(obj) -> bool:
     return os.path.abspath(filename).startswith(_TORCH_DIR + os.sep)
 
 
-def _current(modname: str, attr: str):
-    return vars(_WATCHED_MODULES[modname]).get(attr)
-
-
 @dataclass
 class Snapshot:
-    identities: dict[str, int] = field(default_factory=_identities)
+    identities: dict[str, dict[str, int]] = field(default_factory=_identities)
     numerics: dict[str, object] = field(default_factory=numeric_settings)
     children: set[int] = field(default_factory=lambda: set(child_pids()))
 
     def violations(self) -> list[str]:
         """What changed since the snapshot, restoring numeric settings as it goes."""
         found: list[str] = []
-        now = _identities()
-        patched = sorted(
-            k
-            for k, v in self.identities.items()
-            if now.get(k, v) != v and not _defined_in_torch(_current(*k.rsplit(".", 1)))
-        )
+        patched = _patched(self.identities)
         if patched:
             shown = ", ".join(patched[:5]) + (" ..." if len(patched) > 5 else "")
             found.append(f"patched library functions: {shown}")
