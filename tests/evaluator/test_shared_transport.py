@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import io
 import os
+import pickle
 import socket
 from multiprocessing import Pipe
 
@@ -222,3 +223,66 @@ def test_fewer_descriptors_than_announced_are_refused():
 
 def test_too_many_descriptors_announced_are_refused():
     assert "at most" in _hostile({}, [], announced=shared.MAX_FILES + 1)
+
+
+# Plain messages (no tensor, no object but containers, strings, bytes and numbers) travel as a
+# pickle that names no global; a hostile sender's pickle that names one is refused unrun.
+
+class _Bomb:
+    ran = False
+
+    def __reduce__(self):
+        return (_Bomb._go, ())
+
+    @staticmethod
+    def _go():
+        _Bomb.ran = True
+        return "ran"
+
+
+def _received_bytes(data: bytes):
+    a, b = Pipe()
+    a.send_bytes(data)
+    return protocol.recv_reply(b)
+
+
+def test_a_plain_message_travels_as_a_pickle_and_arrives_whole():
+    body = {"times": [0.5, 1.25], "ok": True, "nested": {"pair": (1, 2.5), "none": None, "raw": b"\x00\x01", "s": "x"}}
+    packed = protocol.pack(body)
+    assert bytes(packed.data[:2]) == protocol._PLAIN
+    packed.close()
+    a, b = Pipe()
+    protocol.send_reply(a, body)
+    assert protocol.recv_reply(b) == body
+
+
+def test_a_message_with_a_tensor_or_another_object_goes_through_torch():
+    for body in ({"x": torch.arange(3)}, {"dtype": torch.float32}, {"both": [1, torch.zeros(2, dtype=torch.bfloat16)]}):
+        packed = protocol.pack(body)
+        assert bytes(packed.data[:2]) == b"PK"
+        packed.close()
+        a, b = Pipe()
+        protocol.send_reply(a, body)
+        _same(body, protocol.recv_reply(b))
+
+
+@pytest.mark.parametrize("payload", [_Bomb(), os.system, {"x": [1, _Bomb()]}])
+def test_a_pickle_that_names_a_global_is_refused_and_nothing_runs(payload):
+    data = pickle.dumps({"body": payload, "fds": 0}, protocol=5)
+    assert data[:2] == protocol._PLAIN
+    with pytest.raises(ValueError, match="may not name"):
+        _received_bytes(data)
+    assert not _Bomb.ran
+
+
+def test_a_message_nested_past_the_stack_is_refused_not_a_crash():
+    # Written opcode by opcode (pickling it would overflow the writer's stack): {"body": a list
+    # nested 100000 deep, "fds": 0}, which the unpickler builds without recursion.
+    depth = 100_000
+    data = b"\x80\x05}(\x8c\x04body" + b"]" * depth + b"a" * (depth - 1) + b"\x8c\x03fdsK\x00u."
+    with pytest.raises(ValueError, match="nested too deep"):
+        _received_bytes(data)
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="nested too deep"):
+        _received_bytes(pickle.dumps({"body": {"x": looped}, "fds": 0}, protocol=5))

@@ -2,7 +2,11 @@
 
 A message is plain data read with ``torch.load(weights_only=True)``, whose restricted unpickler
 accepts tensors and plain data only: a rank runs untrusted code, and an ordinary pickle from it
-could run code in the judge's process.
+could run code in the judge's process. A message that holds nothing but containers, strings,
+bytes and numbers (most commands and replies: a timed block's times, a check's verdict) travels
+as a pickle read by an unpickler that admits no global at all, so no class or function can be
+named in it, let alone called: ~0.35 ms less per message than torch's archive, on each of an
+evaluation's ~40 round trips (``_PlainUnpickler``).
 
 Tensors of ``SHARE_MIN_BYTES`` or more do not travel inside the message: the sender writes them
 into one sealed memory file (``shared.py``) whose descriptor follows the message over the Unix
@@ -21,6 +25,7 @@ way. Such a mapping lives for the command that received it (``recv_command_holdi
 from __future__ import annotations
 
 import io
+import pickle
 import select
 import socket
 from multiprocessing.connection import Connection
@@ -44,6 +49,33 @@ _MARK = "__kloom_shared__"
 def _large(value: Any) -> bool:
     """Whether ``value`` is a tensor that travels in a shared file rather than in the message."""
     return isinstance(value, torch.Tensor) and value.numel() * value.element_size() >= SHARE_MIN_BYTES
+
+
+#: The first bytes of a plain message (pickle protocol 5); torch's archives begin "PK".
+_PLAIN = b"\x80\x05"
+_PLAIN_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether ``value`` is made of exactly the types ``_PlainUnpickler`` rebuilds: dicts, lists
+    and tuples of strings, numbers, bytes, booleans and None (not their subclasses, which pickle
+    names by their class)."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is dict:
+        return all(type(k) in _PLAIN_SCALARS and _is_plain(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_is_plain(v) for v in value)
+    return False
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Rebuilds only what pickle's opcodes make without naming a global (containers, strings,
+    bytes, numbers): any class or function a message names is refused, so nothing in it runs."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"a message may not name {module}.{name}")
 
 
 class _Outgoing:
@@ -158,18 +190,22 @@ def pack(message: dict[str, Any], share_device: torch.device | None = None) -> P
     body = out.encode(message)
     fds, own, device = out.finish()
     try:
-        buffer = io.BytesIO()
         envelope = {"body": body, "fds": len(fds)}
         if out.devices:
             envelope["devices"] = out.devices
-        torch.save(envelope, buffer)
+        if _is_plain(envelope):
+            data = memoryview(pickle.dumps(envelope, protocol=5))
+        else:
+            buffer = io.BytesIO()
+            torch.save(envelope, buffer)
+            data = buffer.getbuffer()
     except BaseException:
         if own is not None:
             own.close()
         if device is not None:
             device.close()
         raise
-    return Packed(buffer.getbuffer(), fds, own, out.passed, device)
+    return Packed(data, fds, own, out.passed, device)
 
 
 def send_packed(conn: Connection, packed: Packed) -> None:
@@ -189,7 +225,10 @@ def _send(conn: Connection, message: dict[str, Any]) -> None:
 def _recv(conn: Connection) -> tuple[Any, list]:
     data = conn.recv_bytes()
     try:
-        envelope = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        if data[:2] == _PLAIN:
+            envelope = _PlainUnpickler(io.BytesIO(data)).load()
+        else:
+            envelope = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - anything unreadable is the sender's fault
         raise ValueError(f"unreadable message: {type(exc).__name__}: {exc}") from exc
     if not isinstance(envelope, dict) or not isinstance(envelope.get("fds"), int) or "body" not in envelope:
@@ -280,7 +319,10 @@ def _received(conn: Connection, lazy: bool, device: torch.device | None = None) 
     body, blobs = _recv(conn)
     held: list[DeviceBlob] = []
     try:
-        message = _decode(body, blobs, lazy, device)
+        try:
+            message = _decode(body, blobs, lazy, device)
+        except RecursionError:
+            raise ValueError("a message nested too deep (or holding itself)") from None
         if not isinstance(message, dict):
             raise ValueError(f"a message of {type(message).__name__}, not a dict")
         if not lazy:
