@@ -16,6 +16,7 @@ group at the same point, and ``new_group``'s rule (all ranks call it in the same
 
 from __future__ import annotations
 
+import functools
 import inspect
 from contextlib import contextmanager
 from datetime import timedelta
@@ -51,6 +52,13 @@ def _default():
     return dist.distributed_c10d._get_default_group()
 
 
+@functools.lru_cache(maxsize=4)
+def _signature(fn) -> inspect.Signature:
+    """``new_group``'s signature, read once: ``inspect.signature`` took ~0.1 ms, and every timed
+    call's inputs are drawn inside ``reused_groups`` (on the CPU, a fifth of a small call's draw)."""
+    return inspect.signature(fn)
+
+
 @contextmanager
 def reused_groups() -> Iterator[None]:
     """Within: ``torch.distributed.new_group`` returns the group an earlier call with the same
@@ -60,7 +68,7 @@ def reused_groups() -> Iterator[None]:
         yield
         return
     original = c10d.new_group
-    signature = inspect.signature(original)
+    signature = _signature(original)
 
     def new_group(*args, **kwargs):
         try:
