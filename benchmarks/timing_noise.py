@@ -30,6 +30,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kloom.speedup import NO_CHANGE, noise_floor, verdict  # noqa: E402
 from kloom.suite import find  # noqa: E402
 from services.worker.evaluator import EvalSettings, Evaluator  # noqa: E402
 from services.worker.evaluator.settings import parse_field  # noqa: E402
@@ -89,6 +90,10 @@ def main() -> None:
     except ValueError as exc:
         parser.error(str(exc))
     results: dict[str, list[float]] = {name: [] for name in variants}
+    # A verdict other than "no measurable change" on a copy of the reference is a false claim;
+    # the timing phase's seconds are what the variant costs.
+    claims: dict[str, list[str]] = {name: [] for name in variants}
+    phase_s: dict[str, list[float]] = {name: [] for name in variants}
     low: dict[str, dict[str, list[float]]] = {name: {stat: [] for stat in LOW_STATS} for name in variants}
     evaluators = {}
     for name in variants:
@@ -103,17 +108,23 @@ def main() -> None:
             order = variants if r % 2 == 0 else list(reversed(variants))
             for name in order:
                 result = evaluators[name].evaluate(workload, candidate_source=code, world_size=args.world_size)
-                if not result.correct:
-                    raise SystemExit(f"the reference copy was judged {result.status}: {result.summary()}")
+                if not result.correct:  # a copy of the reference rejected: the falsest claim of all, counted
+                    claims[name].append(f"{result.status} ({result.error.kind if result.error else '-'})")
+                    print(f"round {r + 1:2d} {name:<11} judged {result.status}: {result.summary()}", flush=True)
+                    continue
                 t = result.timing
                 results[name].append(t.speedup)
+                said = verdict(t.speedup_ci_low, t.speedup_ci_high, noise_floor(min(t.reference_ms, t.candidate_ms)))
+                claims[name].append(said)
+                phase_s[name].append(result.phase_seconds.get("timing", math.nan))
                 for stat in LOW_STATS:
                     low[name][stat].append(max(getattr(x, stat) for x in t.reference) / max(getattr(x, stat) for x in t.candidate))
-                print(f"round {r + 1:2d} {name:<11} {t.speedup:.3f}x", flush=True)
+                print(f"round {r + 1:2d} {name:<11} {t.speedup:.3f}x ({t.speedup_ci_low or 0:.3f}-{t.speedup_ci_high or 0:.3f}) {said}, "
+                      f"timing {phase_s[name][-1]:.2f} s", flush=True)
             if args.out:  # what is measured so far survives a call that runs out of time
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 with args.out.with_suffix(".jsonl").open("a") as sink:
-                    sink.write(json.dumps({"round": r + 1, **{n: v[-1] for n, v in results.items()}}) + "\n")
+                    sink.write(json.dumps({"round": r + 1, **{n: (v[-1] if v else None) for n, v in results.items()}}) + "\n")
     finally:
         for ev in evaluators.values():
             ev.close()
@@ -124,14 +135,19 @@ def main() -> None:
         f"Command: `{command}` ({(time.monotonic() - started) / 60:.1f} min). Each row: {args.rounds} evaluations of a "
         "candidate that is the reference itself (true speedup 1.0x), the variants alternating round by round.",
         "",
-        "| variant | min | median | max | typical error of one evaluation | within 5% of 1.0x |",
-        "|---|---|---|---|---|---|",
+        "| variant | min | median | max | typical error of one evaluation | within 5% of 1.0x | verdicts other than no measurable change (false claims) | timing phase, median s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, speedups in results.items():
+        if not speedups:
+            lines.append(f"| {name} | - | - | - | - | - | {len(claims[name])} of {len(claims[name])} ({', '.join(claims[name])}) | - |")
+            continue
         s = summary(speedups)
+        false = [v for v in claims[name] if v != NO_CHANGE]
         lines.append(
             f"| {name} | {s['min']:.3f}x | {s['median']:.3f}x | {s['max']:.3f}x | {100 * s['rms_error']:.1f}% | "
-            f"{100 * s['within_5pct']:.0f}% |"
+            f"{100 * s['within_5pct']:.0f}% | {len(false)} of {len(claims[name])}{' (' + ', '.join(false) + ')' if false else ''} | "
+            f"{statistics.median(phase_s[name]):.3f} |"
         )
     lines += [
         "",
@@ -142,6 +158,8 @@ def main() -> None:
     ]
     for name in variants:
         for stat in LOW_STATS:
+            if not low[name][stat]:
+                continue
             s = summary(low[name][stat])
             lines.append(
                 f"| {name} | {stat.removesuffix('_ms')} | {s['min']:.3f}x | {s['median']:.3f}x | {s['max']:.3f}x | "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.worker.evaluator import EvalSettings
-from services.worker.evaluator.interleaved import Block, calls_per_side
+from services.worker.evaluator.interleaved import Block, calls_per_side, round_count
 
 HERE = Path(__file__).parent
 SETTINGS = EvalSettings.for_device("cpu", timing_budget_s=1.0, min_iters=5, max_iters=500)
@@ -85,3 +85,26 @@ def test_an_evaluation_of_slow_calls_times_what_its_budget_holds(evaluator):
     # within a factor of two, for the noise of a warm-up of five calls on a loaded machine.
     wanted = 200.0 / ((timing.reference_ms + timing.candidate_ms) / 2)
     assert calls < 100 and wanted / 2 <= calls <= 2 * wanted + 8, (calls, wanted, timing)
+
+
+def test_long_calls_keep_every_round():
+    # 100 calls of 10 ms a side: 1 s a side, far above 8 blocks of 50 ms.
+    assert round_count(100, 10.0, 0.0, SETTINGS) == 8
+
+
+def test_blocks_of_sub_millisecond_calls_come_in_fewer_rounds():
+    # 100 calls of 0.15 ms (+0.15 ms to draw each): 30 ms a side, under one 50 ms block; two
+    # rounds stay, one of each order.
+    assert round_count(100, 0.15, 0.00015, SETTINGS) == 2
+    # 500 calls of 0.5 ms: 250 ms a side -> five blocks' worth, made even.
+    assert round_count(500, 0.5, 0.0, SETTINGS) == 4
+
+
+def test_rounds_never_exceed_the_calls_or_the_setting():
+    assert round_count(1, 0.01, 0.0, SETTINGS) == 1
+    assert round_count(3, 100.0, 0.0, SETTINGS) == 2
+    one = EvalSettings.for_device("cpu", timing_rounds=1)
+    assert round_count(100, 10.0, 0.0, one) == 1
+    # Off: every round the setting asks for.
+    off = EvalSettings.for_device("cpu", timing_min_block_s=0.0)
+    assert round_count(100, 0.01, 0.0, off) == 8

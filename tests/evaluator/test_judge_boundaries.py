@@ -121,7 +121,8 @@ def test_large_outputs_are_judged_whole_in_a_few_rounds_the_candidate_cannot_tel
     candidate keeps its last outputs in every timed block, so its blocks look the same whether
     they will be judged or not, and one that hides its timed outputs is still caught."""
     settings = EvalSettings.for_device("cpu", static_check=False, timing_budget_s=0.2, min_iters=5, load_timeout_s=20.0, trials=3,
-                                       whole_check_all_below_bytes=0, whole_check_rounds=2)
+                                       whole_check_all_below_bytes=0, whole_check_rounds=2,
+                                       timing_min_block_s=0.0)  # every round, so that some are not judged whole
     handed, candidate_keeps = [], []
     handed_outputs, block = interleaved.Timing._handed_outputs, interleaved.Timing._block
 

@@ -82,6 +82,12 @@ class EvalSettings:
     #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
     #: other side's processes stopped while one is timed).
     timing_rounds: int = 8
+    #: ... but fewer (at least two, one of each order) where a block would hold less than this
+    #: much of the reference's work: every block costs the judge a few ms whatever its length (a
+    #: request and reply, stopping the other side, a round's whole-output check), which on a
+    #: sub-millisecond call was most of an evaluation (benchmarks/results/judge_cost_cpu.md).
+    #: Where the clock check fails over the fewer rounds, the rest run before it decides.
+    timing_min_block_s: float = 0.05
     #: A round's last candidate outputs are compared whole with the reference's (beside every
     #: call's projections) in every round where the outputs are smaller than this; for larger
     #: ones, in ``whole_check_rounds`` rounds the judge draws at random and keeps secret (handing
@@ -171,6 +177,11 @@ class EvalSettings:
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
             base.spares_for_announced = 3
             base.candidates_begin_at_baseline = True
+            # Every round kept: with two rounds of 250 calls, one block's overhead (drawing,
+            # flushing, projecting: it differs between two processes by up to a quarter) outvoted
+            # nothing, and the clock check rejected the reference's own copy on an H100
+            # (benchmarks/results/judge_cost_cuda.md, thirtieth session).
+            base.timing_min_block_s = 0.0
         else:
             base.timing_budget_s = 0.4
             base.min_iters = 5
