@@ -180,7 +180,7 @@ class EvalSettings:
             # Every round kept: with two rounds of 250 calls, one block's overhead (drawing,
             # flushing, projecting: it differs between two processes by up to a quarter) outvoted
             # nothing, and the clock check rejected the reference's own copy on an H100
-            # (benchmarks/results/judge_cost_cuda.md, thirtieth session).
+            # (results/gpu/h100-session30/README.md).
             base.timing_min_block_s = 0.0
         else:
             base.timing_budget_s = 0.4
