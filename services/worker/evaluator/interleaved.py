@@ -79,15 +79,19 @@ def calls_per_side(ref_warm: Block, cand_warm: Block, warm: int, draw_s: float, 
 
 
 def round_count(iters: int, ref_call_ms: float, draw_s: float, s: EvalSettings) -> int:
-    """Rounds of interleaved blocks for ``iters`` calls a side: ``timing_rounds``, fewer where a
-    block would hold less than ``timing_min_block_s`` of the reference's calls (its warm-up median
-    plus drawing each call's inputs), but at least two, and an even number, so that the two orders
-    (reference first, candidate first) come equally often and drift linear in time weighs on both
-    sides alike. From the reference's times only: nothing the candidate reports changes it."""
-    side_s = iters * (max(0.0, ref_call_ms) / 1e3 + max(0.0, draw_s))
-    wanted = int(side_s / s.timing_min_block_s) if s.timing_min_block_s > 0 else s.timing_rounds
-    rounds = max(1, min(s.timing_rounds, max(2, wanted), iters))
-    return rounds - rounds % 2 if rounds > 2 else rounds
+    """Rounds of interleaved blocks for ``iters`` calls a side: ``timing_rounds`` (no more than
+    the calls), fewer where a block would hold less than ``timing_min_block_s`` of the reference's
+    calls (its warm-up median plus drawing each call's inputs): then at least two, and an even
+    number, so that the two orders (reference first, candidate first) come equally often and drift
+    linear in time weighs on both sides alike. Long calls keep one call a block (five calls of a
+    1.1 s reference in five rounds, not eight calls in four). From the reference's times only:
+    nothing the candidate reports changes it."""
+    rounds = max(1, min(s.timing_rounds, iters))
+    if s.timing_min_block_s > 0:
+        wanted = max(2, int(iters * (max(0.0, ref_call_ms) / 1e3 + max(0.0, draw_s)) / s.timing_min_block_s))
+        if wanted < rounds:
+            rounds = wanted - wanted % 2
+    return rounds
 
 
 class Timing:
