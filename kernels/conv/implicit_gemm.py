@@ -39,7 +39,7 @@ def conv_kernel(
     sy_n, sy_c, sy_d, sy_h, sy_w,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr, N_OPS: tl.constexpr, ONUMEL: tl.constexpr,
     POST: tl.constexpr, POST_SCALARS: tl.constexpr,
-    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
+    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, F32X3: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """One tile of output positions x output channels of group ``program_id(2)``. ``sw_o`` is
@@ -100,7 +100,10 @@ def conv_kernel(
             # The Triton interpreter multiplies 16-bit floats wrongly; their products are exact in float32.
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        if F32X3:
+            acc = tl.dot(a, b, acc, input_precision="tf32x3", out_dtype=tl.float32)
+        else:
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
 
     c = (g * C_OUT_G + rn).to(tl.int64)
     mask = row_ok[:, None] & col_ok[None, :]
@@ -181,18 +184,23 @@ def conv_configs(dtype: torch.dtype) -> list[triton.Config]:
 
 #: One autotuner per dtype (the K step differs), sharing ``conv_kernel``'s compiled variants.
 CONV_TUNERS = {
-    dtype: triton.autotune(configs=conv_configs(dtype), key=["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KD", "KH", "KW"])(conv_kernel)
+    dtype: triton.autotune(configs=conv_configs(dtype), key=["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KD", "KH", "KW", "F32X3"])(conv_kernel)
     for dtype in CONV_DTYPES
 }
+#: How float32 operands may be multiplied (``kernels.gemm.matmul.GEMM_PRECISIONS``).
+CONV_PRECISIONS = ("ieee", "tf32x3")
 
 
 def conv_forward(
     x, weight, bias=None, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1,
-    post: tuple | None = None, config: triton.Config | None = None,
+    post: tuple | None = None, config: triton.Config | None = None, precision: str = "ieee",
 ) -> torch.Tensor:
     """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments;
     ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its operands
-    broadcastable to the output's shape. The output is contiguous."""
+    broadcastable to the output's shape. The output is contiguous. ``precision``: how float32
+    operands are multiplied, ``"ieee"`` or ``"tf32x3"`` (``kernels.gemm.matmul.GEMM_PRECISIONS``)."""
+    if precision not in CONV_PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(CONV_PRECISIONS)})")
     why_not = conv_supported(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     if why_not:
         raise ValueError(f"the convolution kernel does not cover this call: {why_not}")
@@ -217,7 +225,7 @@ def conv_forward(
         x.shape[0], c_in_g, *x5.shape[2:], c_out_g, *y5.shape[2:], *w5.shape[2:],
         *s, *p, *d, *x5.stride(), sw_o, sw_i, *w5.stride()[2:], *y5.stride(),
     ]
-    constants = dict(epilogue, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, UPCAST=not x.is_cuda)
+    constants = dict(epilogue, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, UPCAST=not x.is_cuda, F32X3=precision == "tf32x3" and x.dtype == torch.float32)
     m = y5.shape[0] * y5.shape[2] * y5.shape[3] * y5.shape[4]
 
     def grid(meta):

@@ -126,6 +126,13 @@ def test_index_ranges_past_32_bits_are_named_and_rejected():
     assert "empty output" in conv_supported(rand(1, 2, 2, 2), rand(2, 2, 3, 3))
 
 
+def test_three_way_tf32_precision_computes_the_convolution_and_plain_tf32_is_refused():
+    x, w, b = rand(2, 4, 9, 9), rand(6, 4, 3, 3), rand(6)
+    torch.testing.assert_close(conv_forward(x, w, b, 1, 1, 1, False, 0, 1, precision="tf32x3"), F.conv2d(x, w, b, 1, 1), atol=2e-5, rtol=2e-5)
+    with pytest.raises(ValueError, match="unknown precision"):
+        conv_forward(x, w, b, 1, 1, 1, False, 0, 1, precision="tf32")
+
+
 def test_uncovered_calls_are_named_and_rejected():
     assert "string padding" in conv_supported(rand(1, 2, 5, 5), rand(2, 2, 3, 3), None, 1, "same")
     assert "one of" in conv_supported(rand(1, 2, 5, 5), rand(2, 2, 3, 3, dtype=torch.bfloat16))
@@ -143,23 +150,24 @@ from kernels.gemm.epilogue import gemm_chain
 
 out = []
 none = (0,) + (1, 0, 1) * 3
-for dt, transposed in json.loads(sys.argv[1]):
+for dt, transposed, f32x3 in json.loads(sys.argv[1]):
     program, scalars = gemm_chain(("add", ("operand", 0)), "relu")
-    spec = dict(TRANSPOSED=transposed, HAS_BIAS=True, UPCAST=False, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32 if dt == "fp32" else 64,
+    spec = dict(TRANSPOSED=transposed, HAS_BIAS=True, UPCAST=False, F32X3=f32x3, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32 if dt == "fp32" else 64,
                 E0=(1, 64, 1, 1) + (1, 0, 1) * 2, E1=none, E2=none, E3=none, N_OPS=1, ONUMEL=64 * 64 * 8, POST=program, POST_SCALARS=scalars)
     sig = {n: ("constexpr" if n in spec else ("*" + dt if n.endswith("_ptr") or n in ("q0", "q1", "q2", "q3") else "i32")) for n in conv_kernel.arg_names}
     ptx = triton.compile(ASTSource(conv_kernel, sig, constexprs=spec), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3}).asm["ptx"]
-    out.append({"mma": "mma" in ptx, "fma": "fma.rn.f32" in ptx})
+    out.append({"mma": "mma" in ptx, "fma": "fma.rn.f32" in ptx, "tf32_round": "cvt.rna.tf32.f32" in ptx})
 print(json.dumps(out))
 """
 
 
-def test_the_kernel_compiles_for_h100_and_float32_never_uses_tensor_cores():
-    specs = [("fp32", False), ("fp32", True), ("bf16", False)]
+def test_the_kernel_compiles_for_h100_and_float32_never_uses_tensor_cores_unless_split_three_ways():
+    specs = [("fp32", False, False), ("fp32", True, False), ("bf16", False, False), ("fp32", False, True)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(specs)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    fp32a, fp32t, bf16 = json.loads(done.stdout.strip().splitlines()[-1])
+    fp32a, fp32t, bf16, x3 = json.loads(done.stdout.strip().splitlines()[-1])
     assert fp32a["fma"] and not fp32a["mma"] and fp32t["fma"] and not fp32t["mma"]
     assert bf16["mma"]
+    assert x3["mma"] and x3["tf32_round"]  # TF32 tensor-core products of hi/lo-split operands

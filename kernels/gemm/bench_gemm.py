@@ -29,7 +29,7 @@ from kernels.gemm.matmul import gemm, gemm_tuned_configs  # noqa: E402
 
 
 #: The template kinds these patterns measure (float32 and bfloat16 products, the triangle).
-KINDS = frozenset({"gemm_fp32", "gemm_lowp", "gemm_triangular"})
+KINDS = frozenset({"gemm_fp32", "gemm_fp32x3", "gemm_lowp", "gemm_triangular"})
 
 def bench_ms(fn) -> float:
     """Median milliseconds (triton's do_bench: L2 flushed between calls)."""
@@ -67,6 +67,14 @@ def patterns():
         tag = str(dtype).replace("torch.", "")
         yield f"linear 4096^3 {tag}", lambda x=x, w=w: x @ w.t(), lambda x=x, w=w: gemm(x, w.t()), tol
         yield f"linear 4096^3 + bias + gelu {tag}", (lambda x=x, w=w, b=b: F.gelu(F.linear(x, w, b))), (lambda x=x, w=w, post=post: gemm(x, w.t(), post)), tol
+    # gemm_fp32x3: float32 as three TF32 products (kernels/gemm/matmul.py: GEMM_PRECISIONS).
+    x, w, b = torch.rand(1024, 8192, device=dev), torch.rand(8192, 8192, device=dev) - 0.5, torch.rand(8192, device=dev)
+    post = ([b], *gemm_chain(("add", ("operand", 0)), "gelu"))
+    yield "tf32x3 linear 1024x8192x8192 + bias + gelu float32", (lambda: F.gelu(F.linear(x, w, b))), (lambda: gemm(x, w.t(), post, precision="tf32x3")), (1e-4, 1e-4)
+    a, c = torch.rand(4096, 4096, device=dev), torch.rand(4096, 4096, device=dev)
+    yield "tf32x3 square 4096^3 float32", lambda: a @ c, lambda: gemm(a, c, precision="tf32x3"), (1e-4, 1e-4)
+    P, Q = torch.rand(128, 512, 1024, device=dev), torch.rand(128, 1024, 2048, device=dev)
+    yield "tf32x3 bmm 128x512x1024x2048 float32", lambda: torch.bmm(P, Q), lambda: gemm(P, Q, precision="tf32x3"), (1e-4, 1e-4)
     L1, L2 = (torch.rand(4096, 4096, device=dev).tril() for _ in range(2))
     yield "tril(L @ L) 4096 float32", lambda: torch.tril(L1 @ L2), lambda: gemm(L1, L2, tril=0, triangular_inputs=True), (1e-4, 1e-4)
     A, B = torch.rand(16384, 64, device=dev), torch.rand(64, 16384, device=dev)

@@ -55,6 +55,20 @@ def test_products_of_any_layout_match_torch_in_float32(a_of, b_of):
     close32(gemm(a, b), a @ b)
 
 
+@pytest.mark.parametrize(
+    "a_of, b_of",
+    [
+        (lambda: rand(29, 37).t(), lambda: rand(29, 45)),  # A column-major: copied K-major
+        (lambda: rand(37, 29), lambda: rand(45, 29).t()),  # B as x @ w.T: already K-major
+        (lambda: rand(37, 58)[:, ::2], lambda: rand(29, 90)[:, 1::2]),  # strided slices: both copied
+        (lambda: rand(3, 20, 16), lambda: rand(16, 24).expand(3, 16, 24)),  # a broadcast B copied once
+    ],
+)
+def test_three_way_tf32_products_of_any_layout_match_torch(a_of, b_of):
+    a, b = a_of(), b_of()
+    close32(gemm(a, b, precision="tf32x3"), a @ b)
+
+
 def test_batched_products_broadcast_like_matmul():
     a, b = rand(3, 20, 16), rand(3, 16, 24)
     close32(gemm(a, b), torch.bmm(a, b))
@@ -164,6 +178,8 @@ def test_a_matrix_spanning_32_bit_offsets_is_rejected_by_name():
 
 
 def test_bad_input_gets_a_clear_error():
+    with pytest.raises(ValueError, match="unknown precision 'tf32'"):
+        gemm(rand(4, 4), rand(4, 4), precision="tf32")  # plain TF32 is not offered
     with pytest.raises(TypeError, match="one dtype"):
         gemm(rand(4, 4), rand(4, 4, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="inner dimensions"):
@@ -200,34 +216,39 @@ for spec in specs:
     kernel = triton.compile(ASTSource(gemm_kernel, sig, constexprs=constexprs), target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": warps, "num_stages": stages})
     ptx = kernel.asm["ptx"]
-    out.append({"wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx or "wgmma" in ptx, "fma": "fma.rn.f32" in ptx})
+    out.append({"wgmma": "wgmma" in ptx, "mma": "mma.sync" in ptx or "wgmma" in ptx, "fma": "fma.rn.f32" in ptx,
+                "tf32": ".tf32" in ptx, "tf32_round": "cvt.rna.tf32.f32" in ptx})
 print(json.dumps(out))
 """
 
 
-def test_the_kernel_compiles_for_h100_and_float32_never_uses_tensor_cores():
+def test_the_kernel_compiles_for_h100_and_float32_never_uses_tensor_cores_unless_split_three_ways():
     """Compiles (no GPU needed) the specialisations the strategist uses; float32 must lower to
-    CUDA-core FMAs (no TF32 tensor-core instruction), bfloat16 to Hopper's wgmma."""
+    CUDA-core FMAs (no TF32 tensor-core instruction), bfloat16 to Hopper's wgmma, and float32 with
+    ``precision="tf32x3"`` to TF32 wgmma on operands split by a round-to-nearest TF32 conversion
+    (the hi/lo split: without it the product would be plain TF32)."""
     program, scalars = gemm_chain(("add", ("operand", 0)), "gelu", ("mul", ("operand", 1)), ("hardtanh", (-1.0, 1.0)), "tanh")
     none = (0,) + (1, 0, 1) * 3
     column, per_row = (1, 128, 1, 1) + (1, 0, 1) * 2, (1, 256, 1, 128) + (1, 0, 1) * 2
     post = dict(E0=column, E1=per_row, E2=none, E3=none, N_OPS=2, ONUMEL=256 * 128, POST=program, POST_SCALARS=scalars)
     bare = dict(E0=none, E1=none, E2=none, E3=none, N_OPS=0, ONUMEL=256 * 128, POST=(), POST_SCALARS=())
     base = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, ROW=0, REDUCE=0, TRI=0, DIAG=0, TRI_K=False, EVEN_K=True, UPCAST=False,
-                num_warps=8, num_stages=3)
+                F32X3=False, num_warps=8, num_stages=3)
     specs = [
         dict(base, **post, dtype="fp32"),
         dict(base, **post, dtype="bf16", BLOCK_K=64),
         dict(base, **bare, dtype="fp32", ROW=1, GROUP_M=1),
         dict(base, **post, dtype="fp32", REDUCE=5, EVEN_K=False),
         dict(base, **bare, dtype="fp32", TRI=1, TRI_K=True),
+        dict(base, **post, dtype="fp32", F32X3=True, BLOCK_N=64, num_warps=4, num_stages=4),
     ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(specs)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    fp32 = [r for r, s in zip(results, specs) if s["dtype"] == "fp32"]
-    assert all(r["fma"] and not r["mma"] for r in fp32), results
+    fp32 = [r for r, s in zip(results, specs) if s["dtype"] == "fp32" and not s["F32X3"]]
+    assert all(r["fma"] and not r["mma"] and not r["tf32"] for r in fp32), results
     assert results[1]["wgmma"], results
+    assert results[-1]["wgmma"] and results[-1]["tf32"] and results[-1]["tf32_round"], results
 

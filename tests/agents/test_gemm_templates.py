@@ -152,14 +152,36 @@ def test_a_convolution_and_its_chain_become_one_implicit_gemm_only_once_measured
     torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
 
 
-def test_the_committed_gpu_verdicts_offer_the_triangle_and_keep_the_vendor_library_kinds_off():
-    """``kernels/wins.json``: the triangular GEMM measured a win on the H100; float32/bfloat16
-    products and the convolutions lost to cuBLAS/cuDNN (or were not measured) and stay off."""
+def test_a_float32_product_split_into_three_tf32_products_is_its_own_kind_and_computes_the_product():
+    """``gemm_fp32x3`` claims float32 products before ``gemm_fp32`` when both won; its statement
+    asks the kernel for ``precision="tf32x3"`` and says so, and never plain TF32."""
+    model, x = LinearChain(), torch.randn(33, 24)
+    graph = graph_of(model, [x])
+    both = dict(WON, gemm_fp32x3=Measured("gemm_fp32x3", 1.35, True, 1.37, "H100"))
+    gemm = next(m for m in find_matches(graph, wins=both).matches if m.kind.startswith("gemm"))
+    assert gemm.kind == "gemm_fp32x3" and "three TF32 products" in gemm.rationale and "1.35x inductor's speed" in gemm.rationale
+    assert next(m for m in find_matches(graph, wins=WON).matches if m.kind.startswith("gemm")).kind == "gemm_fp32"
+    lost = dict(WON, gemm_fp32x3=Measured("gemm_fp32x3", 0.9, False))
+    assert next(m for m in find_matches(graph, wins=lost).matches if m.kind.startswith("gemm")).kind == "gemm_fp32"
+    source = kernel_candidate(reference_source(LinearChain), graph, ["gemm_fp32x3_epilogue"], "test")
+    assert 'precision="tf32x3"' in source and "allow_tf32" not in source.split("class ModelNew")[-1]
+    got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
+    torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+    # bfloat16 products are not this kind's.
+    low = graph_of(LinearChain().to(torch.bfloat16), [x.to(torch.bfloat16)])
+    assert not any(m.kind == "gemm_fp32x3" for m in find_matches(low, wins=both).matches)
+
+
+def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
+    """``kernels/wins.json``: the triangular GEMM and the float32 product as three TF32 products
+    measured wins on the H100; float32 on CUDA cores, bfloat16 products and the convolutions lost
+    to cuBLAS/cuDNN (or were not measured) and stay off."""
     wins = measured_kinds(WINS_FILE)
-    assert wins["gemm_triangular"].wins and wins["gemm_triangular"].vs_inductor > 1 and "H100" in wins["gemm_triangular"].measured_on
+    for kind in ("gemm_triangular", "gemm_fp32x3"):
+        assert wins[kind].wins and wins[kind].vs_inductor > 1 and "H100" in wins[kind].measured_on
     assert not any(wins[k].wins for k in WON if k in wins)
     linear = graph_of(LinearChain(), [torch.randn(33, 24)])
-    assert not any(m.kind.startswith("gemm") for m in find_matches(linear, wins=wins).matches)
+    assert {m.kind for m in find_matches(linear, wins=wins).matches if m.kind.startswith("gemm")} == {"gemm_fp32x3"}
     conv = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])
     assert not any(m.kind.startswith("conv") for m in find_matches(conv, wins=wins).matches)
 
