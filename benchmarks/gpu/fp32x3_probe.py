@@ -4,7 +4,8 @@ cuDNN's full float32, on one GPU: time and error, side by side in one run.
 For each product shape (and each convolution) it times, with ``triton.testing.do_bench`` (L2
 flushed, median): the library's float32 (TF32 off: what an fp32 reference runs), the library with
 TF32 on (what the judge rejects, for scale), kloom's kernel in full float32 (``"ieee"``) and in
-``"tf32x3"``. Each result's error is the judge's measure, ``||got - truth|| / ||truth||``, against
+``"tf32x3"``; for convolutions also the tap-outer kernel (``kernels/conv/tap_gemm.py``), with the
+input as it comes and made channels-last. Each result's error is the judge's measure, ``||got - truth|| / ||truth||``, against
 the float64 product of the same inputs, next to the library float32's own error and the judge's
 bound (``services/worker/evaluator/precision.py``: ``FP32_NORM_RTOL``).
 
@@ -29,6 +30,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
+from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.gemm.matmul import gemm, gemm_tuned_configs  # noqa: E402
 from services.worker.evaluator.precision import FP32_NORM_RTOL  # noqa: E402
 
@@ -106,6 +108,11 @@ def conv_row(name, x, w, bias, padding) -> dict:
         fn = lambda p=precision: conv_forward(x, w, bias, 1, padding, 1, False, 0, 1, precision=p)  # noqa: E731
         row[f"{precision}_error"] = norm_error(fn(), truth)
         row[f"{precision}_ms"] = bench_ms(fn)
+    # The tap-outer kernel (kernels/conv/tap_gemm.py), the input as it comes and channels-last.
+    for label, cl in (("taps", False), ("taps_cl", True)):
+        fn = lambda cl=cl: conv_taps(x, w, bias, 1, padding, 1, 1, precision="tf32x3", channels_last=cl)  # noqa: E731
+        row[f"{label}_error"] = norm_error(fn(), truth)
+        row[f"{label}_ms"] = bench_ms(fn)
     return row
 
 
@@ -117,16 +124,19 @@ def report(rows: list[dict], command: str) -> str:
         f"Times: median ms (`do_bench`, L2 flushed). Errors: `||got - truth|| / ||truth||` against float64; the judge's bound for "
         f"float32 outputs is {FP32_NORM_RTOL:g}. Speedups over the library's float32 (cuBLAS/cuDNN, TF32 off).",
         "",
-        "| case | lib fp32 ms (error) | lib TF32 ms (error) | kloom ieee ms (error) | kloom tf32x3 ms (error) | tf32x3 speedup |",
-        "|---|---|---|---|---|---|",
+        "| case | lib fp32 ms (error) | lib TF32 ms (error) | kloom ieee ms (error) | kloom tf32x3 ms (error) | tf32x3 speedup "
+        "| conv by taps tf32x3, NCHW / channels-last: ms (error), speedup |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['case']} | {r['error']} | | | | |")
+            lines.append(f"| {r['case']} | {r['error']} | | | | | |")
             continue
         cell = lambda k: f"{r[k + '_ms']:.3f} ({r[k + '_error']:.2g})"  # noqa: E731
         lines.append(
-            f"| {r['case']} | {cell('lib_fp32')} | {cell('lib_tf32')} | {cell('ieee')} | {cell('tf32x3')} | {r['lib_fp32_ms'] / r['tf32x3_ms']:.2f}x |"
+            f"| {r['case']} | {cell('lib_fp32')} | {cell('lib_tf32')} | {cell('ieee')} | {cell('tf32x3')} | {r['lib_fp32_ms'] / r['tf32x3_ms']:.2f}x | "
+            + (" / ".join(f"{cell(k)}, {r['lib_fp32_ms'] / r[k + '_ms']:.2f}x" for k in ("taps", "taps_cl")) if "taps_ms" in r else "")
+            + " |"
         )
     return "\n".join(lines + ["", "Autotuned GEMM configurations:", *[f"- {c}" for c in gemm_tuned_configs()]]) + "\n"
 

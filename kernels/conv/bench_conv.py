@@ -23,12 +23,13 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
+from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
-KINDS = frozenset({"conv_fp32", "conv_lowp", "conv_transposed_fp32"})
+KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_lowp", "conv_transposed_fp32"})
 
 def patterns():
     dev = "cuda"
@@ -44,6 +45,21 @@ def patterns():
     yield "conv3d 3x3x3 32->64 4x16x64x64", lambda: F.conv3d(x, w, None, 1, 1), lambda: conv_forward(x, w, None, 1, 1, 1, False, 0, 1), (1e-4, 1e-4)
     x, w = torch.randn(16, 128, 64, 64, device=dev), torch.randn(128, 16, 3, 3, device=dev)
     yield "conv2d 3x3 groups=8 128->128 16x64x64", lambda: F.conv2d(x, w, None, 1, 1, 1, 8), lambda: conv_forward(x, w, None, 1, 1, 1, False, 0, 8), (1e-4, 1e-4)
+    # conv_fp32x3: the tap-outer implicit GEMM (tap_gemm.py), float32 as three TF32 products, with
+    # the input as it comes (NCHW) and made channels-last first. Weights at nn.Conv's scale.
+    for label, shape, c_out, k, extra in (
+        ("conv2d 3x3 64->128 128x128x128 + bias", (128, 64, 128, 128), 128, (3, 3), True),
+        ("conv2d 3x3 16->128 16x512x512", (16, 16, 512, 512), 128, (3, 3), False),
+        ("conv2d 3x3 8->64 128x128x128 + bias", (128, 8, 128, 128), 64, (3, 3), True),
+        ("conv3d 3x3x3 32->64 16x32x64x64", (16, 32, 32, 64, 64), 64, (3, 3, 3), False),
+    ):
+        x = torch.rand(*shape, device=dev)
+        w = (torch.rand(c_out, shape[1], *k, device=dev) - 0.5) / (shape[1] * len(k) ** 2) ** 0.5
+        b = torch.rand(c_out, device=dev) if extra else None
+        conv = F.conv2d if len(shape) == 4 else F.conv3d
+        for cl in (False, True):
+            yield (f"taps tf32x3 {label}{' channels-last' if cl else ''}", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
+                   lambda x=x, w=w, b=b, cl=cl: conv_taps(x, w, b, precision="tf32x3", channels_last=cl), (1e-4, 1e-4))
 
 
 def main() -> None:

@@ -172,6 +172,27 @@ def test_a_float32_product_split_into_three_tf32_products_is_its_own_kind_and_co
     assert not any(m.kind == "gemm_fp32x3" for m in find_matches(low, wins=both).matches)
 
 
+def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_own_kind(monkeypatch):
+    """``conv_fp32x3`` claims float32 convolutions before ``conv_fp32`` when it won, calls the
+    tap-outer kernel with ``precision="tf32x3"``, computes the reference's result, and leaves
+    convolutions with too few channels a group (depthwise) alone."""
+    model, x = ConvChain(), torch.randn(2, 4, 9, 9)
+    graph = graph_of(model, [x])
+    won = dict(WON, conv_fp32x3=Measured("conv_fp32x3", 1.8, True, 1.9, "H100"))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
+    conv = next(m for m in find_matches(graph, wins=won).matches if m.kind.startswith("conv"))
+    assert conv.kind == "conv_fp32x3" and "three TF32 products" in conv.rationale
+    assert {graph.nodes[i].op for i in conv.nodes} == {"aten::convolution", "aten::relu", "aten::add"}
+    assert next(m for m in find_matches(graph, wins=WON).matches if m.kind.startswith("conv")).kind == "conv_fp32"
+    source = kernel_candidate(reference_source(ConvChain), graph, ["conv_fp32x3_epilogue"], "test")
+    assert "conv_taps(" in source and 'precision="tf32x3"' in source and "def conv_taps_kernel" in source
+    got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
+    torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+    depthwise = torch.nn.Conv2d(4, 4, 3, groups=4)
+    dw_graph = graph_of(depthwise, [x])
+    assert not any(m.kind == "conv_fp32x3" for m in find_matches(dw_graph, wins=won).matches)
+
+
 def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
     """``kernels/wins.json``: the triangular GEMM and the float32 product as three TF32 products
     measured wins on the H100; float32 on CUDA cores, bfloat16 products and the convolutions lost

@@ -20,7 +20,10 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
 - ``gemm_fp32x3``: a float32 product on the tensor cores as three TF32 products (``hi*hi + hi*lo
   + lo*hi``, ``kernels.gemm.matmul.GEMM_PRECISIONS``), whose error against float64 is at or below
   cuBLAS's SGEMM (``benchmarks/gpu/fp32x3_probe.py``), not TF32's: the judge's float32 bound holds
-  and no precision flag changes. Offered once ``kernels/gemm/bench_gemm.py`` measured it winning.
+  and no precision flag changes. Offered once ``kernels/gemm/bench_gemm.py`` measured it winning;
+- ``conv_fp32x3``: a float32 convolution (not transposed, at least ``TAPS_MIN_CHANNELS`` input
+  channels a group) as ``kernels/conv/tap_gemm.py``'s implicit GEMM, tap by tap, in the same three
+  TF32 products. Offered once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured it winning.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from .templates import GraphView, Match, RegionCost, nbytes, register
 
 GEMM_MODULE = "kernels.gemm.matmul"
 CONV_MODULE = "kernels.conv.implicit_gemm"
+TAPS_MODULE = "kernels.conv.tap_gemm"
+#: The fewest input channels a group may have for the tap-outer kernel: its channel step is at
+#: least 16 (the tensor cores'), so fewer channels leave most of each product padding.
+TAPS_MIN_CHANNELS = 4
 #: The widest row a softmax after the product may have (``kernels.gemm.matmul.GEMM_MAX_ROW_TILE``).
 MAX_ROW_TILE = 1024
 #: Row operators the GEMM finishes in its tile, by aten name.
@@ -220,12 +227,19 @@ class ConvEpilogue(_KindTemplate):
         nodes = [node.index] + (sorted(chain.nodes) if chain else [])
         final = chain.output if chain else out
         kind = "conv_lowp" if dtype != "float32" else ("conv_transposed_fp32" if transposed else "conv_fp32")
+        taps = kind == "conv_fp32" and self.kind == "conv_fp32x3"
+        if taps:
+            if view.tensor(w).shape[1] < TAPS_MIN_CHANNELS:
+                return None
+            kind = "conv_fp32x3"
         k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
         flops = 2 * view.tensor(out).numel * k
         reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
         cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
         args = ", ".join(repr(_ints(v)) for v in (stride, padding, dilation))
         ops = len(chain.nodes) if chain else 0
+        if taps:
+            return self._taps(view, node, nodes, final, x, w, bias, args, groups, chain, cost, ops)
         return Match(
             template=self.name,
             kind=kind,
@@ -244,6 +258,28 @@ class ConvEpilogue(_KindTemplate):
             params={"kind": kind, "epilogue_ops": ops, "groups": groups},
         )
 
+    def _taps(self, view: GraphView, node, nodes, final, x, w, bias, args, groups, chain, cost, ops) -> Match:
+        """The region for the tap-outer kernel (``kernels/conv/tap_gemm.py``), float32 as three
+        TF32 products."""
+        return Match(
+            template=self.name,
+            kind="conv_fp32x3",
+            nodes=frozenset(nodes),
+            outputs=(final,),
+            modules=(TAPS_MODULE,),
+            emit=lambda names: [
+                f"{names.define(final)} = conv_taps({names.read(x)}, {names.read(w)}, {names.read(bias['tensor']) if bias else 'None'}, "
+                f"{args}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")"
+            ],
+            cost=cost,
+            rationale=(
+                f"convolution {list(view.tensor(x).shape)} float32 as an implicit GEMM walking the filter's taps, on the tensor cores "
+                f"as three TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias "
+                f"and {ops} epilogue op(s) in registers"
+            ),
+            params={"kind": "conv_fp32x3", "epilogue_ops": ops, "groups": groups},
+        )
+
 
 #: Structure that saves work is offered at once; the same work done differently waits for the GPU
 #: benchmark's verdict.
@@ -253,3 +289,4 @@ register(GemmEpilogue("gemm_fp32x3", 9, offered_unmeasured=False))
 register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
 for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
     register(ConvEpilogue(_kind, 12, offered_unmeasured=False))
+register(ConvEpilogue("conv_fp32x3", 11, offered_unmeasured=False))
