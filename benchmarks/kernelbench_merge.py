@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu.kernelbench_run import read_rows  # noqa: E402
 
 
 def read(path: Path) -> dict[str, dict]:
-    rows: dict[str, dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut short when a call was killed
-        if isinstance(row, dict) and row.get("workload"):
-            rows[row["workload"]] = row
-    return rows
+    return read_rows([path])
 
 
 def kept_mode(old: dict, mode: str) -> dict | None:

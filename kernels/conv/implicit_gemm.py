@@ -24,6 +24,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
+from kernels.gemm.tiles import gemm_mma
 
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INT32_LIMIT = 2**31
@@ -96,24 +97,31 @@ def conv_kernel(
         a = tl.load(x_base[:, None] + ci[None, :] * sx_c + idd * sx_d + ih * sx_h + iw * sx_w, mask=ok, other=0.0)
         w_off = ci * sw_i + kd * sw_d + kh * sw_h + kw * sw_w
         b = tl.load(w_base[None, :] + w_off[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        if UPCAST:
-            # The Triton interpreter multiplies 16-bit floats wrongly; their products are exact in float32.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if F32X3:
-            acc = tl.dot(a, b, acc, input_precision="tf32x3", out_dtype=tl.float32)
-        else:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        acc = gemm_mma(a, b, acc, UPCAST, F32X3)
 
-    c = (g * C_OUT_G + rn).to(tl.int64)
+    conv_store_tile(
+        acc, n, od, oh, ow, (g * C_OUT_G + rn).to(tl.int64), row_ok, col_ok, tl.num_programs(2) * C_OUT_G, OD, OH, OW,
+        y_ptr, sy_n, sy_c, sy_d, sy_h, sy_w, bias_ptr, HAS_BIAS, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS,
+    )
+
+
+@triton.jit
+def conv_store_tile(
+    acc, n, od, oh, ow, ch, row_ok, col_ok, C_OUT, OD, OH, OW,
+    y_ptr, sy_n, sy_c, sy_d, sy_h, sy_w, bias_ptr, HAS_BIAS: tl.constexpr,
+    q0, q1, q2, q3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr, N_OPS: tl.constexpr, ONUMEL: tl.constexpr,
+    POST: tl.constexpr, POST_SCALARS: tl.constexpr,
+):
+    """A convolution's output tile (rows: positions ``n, od, oh, ow``; columns: channels ``ch`` of
+    ``C_OUT``): the bias, then the elementwise epilogue (its operands indexed over the contiguous
+    output ``(N, C, OD, OH, OW)``), then the one store."""
     mask = row_ok[:, None] & col_ok[None, :]
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + c, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    # The flat index of each element in the contiguous output (N, C, OD, OH, OW).
+        acc += tl.load(bias_ptr + ch, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     spatial = (od * OH + oh).to(tl.int64) * OW + ow
-    idx = (n[:, None] * (tl.num_programs(2) * C_OUT_G) + c[None, :]) * (OD * OH * OW) + spatial[:, None]
+    idx = (n[:, None] * C_OUT + ch[None, :]) * (OD * OH * OW) + spatial[:, None]
     acc = ew_epilogue(acc, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    y = y_ptr + (n * sy_n + od * sy_d + oh * sy_h + ow * sy_w)[:, None] + (c * sy_c)[None, :]
+    y = y_ptr + (n * sy_n + od * sy_d + oh * sy_h + ow * sy_w)[:, None] + (ch * sy_c)[None, :]
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 

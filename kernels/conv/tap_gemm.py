@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.conv.implicit_gemm import _conv_5d, _conv_tuple, conv_output_shape, conv_supported
+from kernels.conv.implicit_gemm import _conv_5d, _conv_tuple, conv_output_shape, conv_store_tile, conv_supported
 from kernels.elementwise.kernel import ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 #: How float32 operands may be multiplied (``kernels.gemm.matmul.GEMM_PRECISIONS``).
 TAP_CONV_PRECISIONS = ("ieee", "tf32x3")
@@ -52,12 +52,7 @@ def conv_taps_kernel(
     M = N * OD * OH * OW
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(C_OUT_G, BLOCK_N)
-    # Group-M ordering: consecutive programs share the weight's column panel while it is in L2.
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    size_m = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = gemm_tile_order(pid, grid_m, grid_n, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rm < M
@@ -90,25 +85,12 @@ def conv_taps_kernel(
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
         a = tl.load(x_row[:, None] + (idd * sx_d + ih * sx_h + iw * sx_w)[:, None] + c[None, :] * sx_c, mask=ok[:, None] & c_ok[None, :], other=0.0)
         b = tl.load(w_col[None, :] + (tap * C_IN_G + c)[:, None], mask=c_ok[:, None] & col_ok[None, :], other=0.0)
-        if UPCAST:
-            # The Triton interpreter multiplies 16-bit floats wrongly; their products are exact in float32.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if F32X3:
-            acc = tl.dot(a, b, acc, input_precision="tf32x3", out_dtype=tl.float32)
-        else:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        acc = gemm_mma(a, b, acc, UPCAST, F32X3)
 
-    ch = (g * C_OUT_G + rn).to(tl.int64)
-    mask = row_ok[:, None] & col_ok[None, :]
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + ch, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    # The flat index of each element in the contiguous output (N, C, OD, OH, OW).
-    spatial = (od * OH + oh).to(tl.int64) * OW + ow
-    idx = (n[:, None] * (tl.num_programs(1) * C_OUT_G) + ch[None, :]) * (OD * OH * OW) + spatial[:, None]
-    acc = ew_epilogue(acc, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    y = y_ptr + (n * sy_n + od * sy_d + oh * sy_h + ow * sy_w)[:, None] + (ch * sy_c)[None, :]
-    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    conv_store_tile(
+        acc, n, od, oh, ow, (g * C_OUT_G + rn).to(tl.int64), row_ok, col_ok, tl.num_programs(1) * C_OUT_G, OD, OH, OW,
+        y_ptr, sy_n, sy_c, sy_d, sy_h, sy_w, bias_ptr, HAS_BIAS, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS,
+    )
 
 
 def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3") -> list[triton.Config]:

@@ -37,6 +37,7 @@ import triton.language as tl
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
 from kernels.gemm.epilogue import GEMM_REDUCTIONS, GEMM_ROW_OPS, gemm_finish_rows, gemm_partial_reduce, gemm_row_op
+from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 #: Dtypes the kernel multiplies (both operands the same).
 GEMM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -94,12 +95,7 @@ def gemm_kernel(
     batch = tl.program_id(1).to(tl.int64)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
-    # Group-M ordering: consecutive programs share B's column panel while it is in L2.
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    size_m = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
+    pid_m, pid_n = gemm_tile_order(pid, grid_m, grid_n, GROUP_M)
     m0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
 
@@ -140,15 +136,7 @@ def gemm_kernel(
         else:
             a = tl.load(a_base + rk[None, :] * s_ak, mask=rk[None, :] < K, other=0.0)
             b = tl.load(b_base + rk[:, None] * s_bk, mask=rk[:, None] < K, other=0.0)
-        if UPCAST:
-            # The Triton interpreter multiplies 16-bit floats wrongly; their products are exact
-            # in float32, so the float32 product of the same values is the same result.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if F32X3:
-            acc = tl.dot(a, b, acc, input_precision="tf32x3", out_dtype=tl.float32)
-        else:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        acc = gemm_mma(a, b, acc, UPCAST, F32X3)
 
     if TRI == 1:
         acc = tl.where(rn[None, :] <= rm[:, None] + DIAG, acc, 0.0)
