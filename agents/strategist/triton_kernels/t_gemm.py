@@ -238,46 +238,29 @@ class ConvEpilogue(_KindTemplate):
         cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
         args = ", ".join(repr(_ints(v)) for v in (stride, padding, dilation))
         ops = len(chain.nodes) if chain else 0
+        bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
+        shape = list(view.tensor(x).shape)
         if taps:
-            return self._taps(view, node, nodes, final, x, w, bias, args, groups, chain, cost, ops)
+            module, how = TAPS_MODULE, (
+                f"convolution {shape} float32 as an implicit GEMM walking the filter's taps, on the tensor cores as three TF32 "
+                f"products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+            )
+            call = lambda names: (f"conv_taps({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
+                                  f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
+        else:
+            module, how = CONV_MODULE, f"{'transposed ' if transposed else ''}convolution {shape} {dtype} as an implicit GEMM with its bias"
+            call = lambda names: (f"conv_forward({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
+                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)})")
         return Match(
             template=self.name,
             kind=kind,
             nodes=frozenset(nodes),
             outputs=(final,),
-            modules=(CONV_MODULE,),
-            emit=lambda names: [
-                f"{names.define(final)} = conv_forward({names.read(x)}, {names.read(w)}, {names.read(bias['tensor']) if bias else 'None'}, "
-                f"{args}, {bool(transposed)}, {_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)})"
-            ],
+            modules=(module,),
+            emit=lambda names: [f"{names.define(final)} = {call(names)}"],
             cost=cost,
-            rationale=(
-                f"{'transposed ' if transposed else ''}convolution {list(view.tensor(x).shape)} {dtype} as an implicit GEMM with its bias"
-                f" and {ops} epilogue op(s) in registers (one pass over the output)"
-            ),
+            rationale=f"{how} and {ops} epilogue op(s) in registers (one pass over the output)",
             params={"kind": kind, "epilogue_ops": ops, "groups": groups},
-        )
-
-    def _taps(self, view: GraphView, node, nodes, final, x, w, bias, args, groups, chain, cost, ops) -> Match:
-        """The region for the tap-outer kernel (``kernels/conv/tap_gemm.py``), float32 as three
-        TF32 products."""
-        return Match(
-            template=self.name,
-            kind="conv_fp32x3",
-            nodes=frozenset(nodes),
-            outputs=(final,),
-            modules=(TAPS_MODULE,),
-            emit=lambda names: [
-                f"{names.define(final)} = conv_taps({names.read(x)}, {names.read(w)}, {names.read(bias['tensor']) if bias else 'None'}, "
-                f"{args}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")"
-            ],
-            cost=cost,
-            rationale=(
-                f"convolution {list(view.tensor(x).shape)} float32 as an implicit GEMM walking the filter's taps, on the tensor cores "
-                f"as three TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias "
-                f"and {ops} epilogue op(s) in registers"
-            ),
-            params={"kind": "conv_fp32x3", "epilogue_ops": ops, "groups": groups},
         )
 
 
