@@ -172,6 +172,21 @@ def test_a_float32_product_split_into_three_tf32_products_is_its_own_kind_and_co
     assert not any(m.kind == "gemm_fp32x3" for m in find_matches(low, wins=both).matches)
 
 
+def test_the_plan_counts_the_compute_a_faster_product_saves_not_only_the_memory_traffic():
+    """A compute-bound float32 product: in full float32 the kernel saves only the epilogue's
+    passes over memory; as three TF32 products the roofline also counts the product's time saved
+    at the measured rate (``t_gemm.FP32X3_SPEEDUP``), and the plan's share says so."""
+    from agents.strategist.triton_kernels.t_gemm import FP32X3_SPEEDUP
+
+    model, x = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU()), torch.randn(1024, 1024)
+    graph = graph_of(model, [x])
+    ieee = find_matches(graph, wins=WON)
+    x3 = find_matches(graph, wins=dict(WON, gemm_fp32x3=Measured("gemm_fp32x3", 1.35, True)))
+    product_ms = 2 * 1024**3 / 60e9  # the product alone at the float32 rate the eager estimate uses
+    assert x3.saved_ms - ieee.saved_ms == pytest.approx(product_ms * (1 - 1 / FP32X3_SPEEDUP), rel=0.05)
+    assert x3.saved_ms / x3.eager_ms > 0.3 > ieee.saved_ms / ieee.eager_ms
+
+
 def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_own_kind(monkeypatch):
     """``conv_fp32x3`` claims float32 convolutions before ``conv_fp32`` when it won, calls the
     tap-outer kernel with ``precision="tf32x3"``, computes the reference's result, and leaves

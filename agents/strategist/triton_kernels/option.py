@@ -62,7 +62,8 @@ def _rationale(plan: KernelPlan, a: Analysis) -> str:
     skipped = f"; not used, measured slower than inductor: {', '.join(plan.skipped)}" if plan.skipped else ""
     return (
         f"kloom's Triton kernels for {len(plan.matches)} region(s) of the traced graph, the largest first: {lead}{more}; "
-        f"the roofline puts the memory traffic they save at ~{100 * share:.0f}% of the operators' eager traffic{skipped}"
+        f"the roofline puts the time they save (memory traffic, and products on faster units) at ~{100 * share:.0f}% of "
+        f"the operators' eager time{skipped}"
     )
 
 

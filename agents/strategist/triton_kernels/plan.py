@@ -17,10 +17,11 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kloom.opgraph import OpGraph
+from kloom.opgraph import VIEW_OPS, OpGraph
 
 from . import t_elementwise, t_gemm, t_reduce, t_rowwise  # noqa: F401  (they register their templates)
 from .emit import NotReplayable, candidate_source, replay_problem
+from ..dominance import BYTES_PER_MS, FLOPS_PER_MS
 from ..embed import KERNELS_ROOT
 from .t_elementwise import eager_bytes
 from .templates import GraphView, Match, MatchError, check_match, ordered
@@ -83,9 +84,23 @@ class KernelPlan:
         return sorted({m.template for m in self.matches})
 
 
-def _eager_ms(view: GraphView) -> float:
-    """The graph run one operator at a time, each at the HBM roofline (H100: ~3 TB/s)."""
-    return eager_bytes(view, range(len(view.graph.nodes))) / 3e9
+def _eager_ms(view: GraphView, nodes=None) -> float:
+    """The nodes (default: the whole graph) run one operator at a time, each at its roofline:
+    the bytes it moves at HBM speed or its products' floating-point work at the float32 rate,
+    whichever is longer (``dominance.py``'s machine: an H100's float32 CUDA-core rate)."""
+    graph = view.graph
+    total = 0.0
+    for i in range(len(graph.nodes)) if nodes is None else nodes:
+        node = graph.nodes[i]
+        if node.op in VIEW_OPS:
+            continue
+        total += max(eager_bytes(view, [i]) / BYTES_PER_MS, graph.node_flops(node) / FLOPS_PER_MS)
+    return total
+
+
+def _saves(full: GraphView, match: Match) -> float:
+    """The roofline's estimate of what one region saves over its operators run one by one."""
+    return _eager_ms(full, match.nodes) - match.cost.ms()
 
 
 def _valid(view: GraphView, match: Match) -> bool:
@@ -125,8 +140,8 @@ def find_matches(
             matches.append(replace(match, rationale=f"{match.rationale}; {evidence}"))
             view = view.with_claimed(match.nodes)
     full = GraphView(graph)
-    saved = sum(max(0.0, eager_bytes(full, m.nodes) / 3e9 - m.cost.ms()) for m in matches)
-    matches.sort(key=lambda m: -(eager_bytes(full, m.nodes) / 3e9 - m.cost.ms()))
+    saved = sum(max(0.0, _saves(full, m)) for m in matches)
+    matches.sort(key=lambda m: -_saves(full, m))
     return KernelPlan(matches, sorted(set(skipped)), saved, _eager_ms(full))
 
 

@@ -52,6 +52,10 @@ FP32_HOW = {
     "gemm_fp32": " (full float32 on CUDA cores, no TF32)",
     "gemm_fp32x3": " (float32 on the tensor cores as three TF32 products carrying each operand's rounding error: float32's accuracy, no TF32 rounding)",
 }
+#: How much faster than cuBLAS's float32 SGEMM three TF32 products run, for the roofline of a
+#: ``gemm_fp32x3`` region: 1.51-1.89x on the H100 on KernelBench's product shapes
+#: (``results/gpu/h100-session31/call2/probe``), the lower end of that taken.
+FP32X3_SPEEDUP = 1.5
 #: The first step of an ``addmm``'s chain: ``x + bias`` with the bias as operand 0 (opcodes.py).
 _ADD_BIAS = (60, 0, 0, 4)
 
@@ -152,7 +156,8 @@ class GemmEpilogue(_KindTemplate):
         flops = 2 * batch * m * n * k // (6 if "triangular_inputs" in tri else 2 if tri else 1)
         post_prefix = _ADD_BIAS if loaded else ()
         reads = (a, b) + (chain.operands if chain else loaded)
-        cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
+        rate = RegionCost.tflops * (FP32X3_SPEEDUP if kind == "gemm_fp32x3" else 1.0)
+        cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops, tflops=rate)
         ops = len(chain.nodes) if chain else 0
         why = self._why(kind, tri, batch, m, n, k, dtype, ops + bool(loaded), finish)
         return Match(

@@ -56,10 +56,13 @@ class RegionCost:
 
     bytes: int
     flops: int = 0
+    #: The rate of the kernel's products (default: an H100's float32 CUDA-core rate, as
+    #: ``dominance.py`` assumes for the operators it replaces).
+    tflops: float = 60.0
 
-    def ms(self, hbm_gbps: float = 3000.0, tflops: float = 60.0) -> float:
-        """The region's floor on a machine (default: an H100's HBM and fp32 rates)."""
-        return max(self.bytes / (hbm_gbps * 1e6), self.flops / (tflops * 1e9))
+    def ms(self, hbm_gbps: float = 3000.0) -> float:
+        """The region's floor on a machine (default: an H100's HBM)."""
+        return max(self.bytes / (hbm_gbps * 1e6), self.flops / (self.tflops * 1e9))
 
 
 @dataclass(frozen=True)
