@@ -110,7 +110,7 @@ def conv_row(name, x, w, bias, padding) -> dict:
         row[f"{precision}_ms"] = bench_ms(fn)
     # The tap-outer kernel (kernels/conv/tap_gemm.py), the input as it comes and channels-last.
     for label, cl in (("taps", False), ("taps_cl", True)):
-        fn = lambda cl=cl: conv_taps(x, w, bias, 1, padding, 1, 1, precision="tf32x3", channels_last=cl)  # noqa: E731
+        fn = lambda cl=cl: conv_taps(x, w, bias, 1, padding, 1, False, 0, 1, precision="tf32x3", channels_last=cl)  # noqa: E731
         row[f"{label}_error"] = norm_error(fn(), truth)
         row[f"{label}_ms"] = bench_ms(fn)
     return row

@@ -29,7 +29,7 @@ from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
-KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_lowp", "conv_transposed_fp32"})
+KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
 
 def patterns():
     dev = "cuda"
@@ -60,6 +60,21 @@ def patterns():
         for cl in (False, True):
             yield (f"taps tf32x3 {label}{' channels-last' if cl else ''}", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
                    lambda x=x, w=w, b=b, cl=cl: conv_taps(x, w, b, precision="tf32x3", channels_last=cl), (1e-4, 1e-4))
+    # Transposed: stride 1 (one phase), and the strided upsampling classes (a phase per output
+    # position modulo the stride, each with the taps that reach it).
+    for label, shape, c_out, k, stride, pad, out_pad in (
+        ("conv_transpose2d 3x3 s1 64->64 8x256x256", (8, 64, 256, 256), 64, (3, 3), 1, 0, 0),
+        ("conv_transpose2d 4x4 s2 p1 64->64 32x128x128", (32, 64, 128, 128), 64, (4, 4), 2, 1, 0),
+        ("conv_transpose3d 3x3x3 s2 p1 op1 32->64 16x16x64x64", (16, 32, 16, 64, 64), 64, (3, 3, 3), 2, 1, 1),
+    ):
+        x = torch.rand(*shape, device=dev)
+        w = (torch.rand(shape[1], c_out, *k, device=dev) - 0.5) / (shape[1] * len(k) ** 2) ** 0.5
+        conv_t = F.conv_transpose2d if len(shape) == 4 else F.conv_transpose3d
+        for cl in (False, True):
+            yield (f"taps tf32x3 {label}{' channels-last' if cl else ''}",
+                   lambda x=x, w=w, conv_t=conv_t, st=stride, pd=pad, op=out_pad: conv_t(x, w, None, st, pd, op),
+                   lambda x=x, w=w, st=stride, pd=pad, op=out_pad, cl=cl: conv_taps(x, w, None, st, pd, 1, True, op, 1, precision="tf32x3", channels_last=cl),
+                   (1e-4, 1e-4))
 
 
 def main() -> None:

@@ -1,16 +1,26 @@
 """Convolution as an implicit GEMM that walks the filter's taps outermost, for the tensor cores:
-1-D, 2-D and 3-D, groups, stride, padding, dilation (not transposed), with a fused epilogue.
+1-D, 2-D and 3-D, groups, stride, padding, dilation, plain or transposed, with a fused epilogue.
 
-Rows are output positions ``(n, od, oh, ow)``, columns a group's output channels, and the reduction
-runs tap by tap (``kd, kh, kw``) and, inside a tap, over input channels in steps of ``BLOCK_K``. One
-step's input tile is then ``x[n, c0:c0 + BLOCK_K, id, ih, iw]`` for the tile's rows: one address
-per row plus the channel times its stride. ``implicit_gemm.py`` decodes every reduction index into
-``(channel, kd, kh, kw)`` and every (row, index) pair into an input position, integer work that
-bounds it whatever its arithmetic (its full-float32 and three-way TF32 products ran at the same
-speed, 2.5-4x slower than cuDNN). The weight is laid out ``(C_out, kd, kh, kw, C_in / groups)``
-by the launcher (a copy of the filter), so each step's weight tile is contiguous along the
-reduction, the K-major operand TF32 tensor-core products read. ``channels_last``: the input is
-first made channel-innermost too (one pass over it) so that the input tile is K-major as well.
+Rows are output positions, columns a group's output channels, and the reduction runs tap by tap
+and, inside a tap, over input channels in steps of ``BLOCK_K``. One step's input tile is then
+``x[n, c0:c0 + BLOCK_K, i_d, i_h, i_w]`` for the tile's rows: one address per row plus the channel
+times its stride. ``implicit_gemm.py`` decodes every reduction index into ``(channel, kd, kh, kw)``
+and every (row, index) pair into an input position, integer work that bounds it whatever its
+arithmetic (its full-float32 and three-way TF32 products ran at the same speed, 2.5-4x slower
+than cuDNN). The weight is laid out ``(C_out, taps, C_in / groups)`` by the launcher (a copy of
+the filter), so each step's weight tile is contiguous along the reduction, the K-major operand
+TF32 tensor-core products read. ``channels_last``: the input is first made channel-innermost too
+(one pass over it) so that the input tile is K-major as well.
+
+Both kinds of convolution are one loop over a **tap table** the launcher builds once per geometry:
+for each output *phase* a list of ``(tap, delta_d, delta_h, delta_w)``, and a row ``q`` of the phase
+reads input position ``q * step_in + delta`` and writes output position ``q * step_out + phase``.
+A plain convolution has one phase, every tap, ``step_in = stride``, ``delta = k * dilation -
+padding``. A transposed one (the gradient of a strided convolution, in gather form) splits its
+outputs by their position modulo the stride: output ``o = q * stride + r`` takes tap ``k`` only
+where ``r + padding - k * dilation`` is a multiple of the stride, from input ``q + (r + padding - k
+* dilation) / stride``, so each phase is a plain convolution over the taps that reach it and no
+product is spent on the zeros a strided transposed convolution would otherwise gather.
 
 Float32 is multiplied in full precision (``"ieee"``) or as three TF32 products of split operands
 (``"tf32x3"``, float32's accuracy: ``kernels/gemm/matmul.py``'s ``GEMM_PRECISIONS``); 16-bit
@@ -20,6 +30,9 @@ floats on the tensor cores; the accumulator is float32. The bias and an elementw
 Whether it beats cuDNN is the GPU benchmark's to say (``kernels/conv/bench_conv.py``, patterns
 ``taps``); the strategist offers it only where it measured a win (``kernels/wins.json``).
 """
+
+import functools
+import math
 
 import torch
 import triton
@@ -35,9 +48,9 @@ TAP_CONV_PRECISIONS = ("ieee", "tf32x3")
 
 @triton.jit
 def conv_taps_kernel(
-    x_ptr, w_ptr, y_ptr, bias_ptr, q0, q1, q2, q3,
-    N, C_IN_G, ID, IH, IW, C_OUT_G, OD, OH, OW, KH, KW, TAPS,
-    sd, sh, sw, pd, ph, pw, dd, dh, dw,
+    x_ptr, w_ptr, y_ptr, bias_ptr, q0, q1, q2, q3, taps_ptr, phase_ptr,
+    N, C_IN_G, ID, IH, IW, C_OUT_G, OD, OH, OW, QD, QH, QW, TAPS, MAX_TAPS, PHASES,
+    ad, ah, aw, bd, bh, bw,
     sx_n, sx_c, sx_d, sx_h, sx_w,
     sy_n, sy_c, sy_d, sy_h, sy_w,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr, N_OPS: tl.constexpr, ONUMEL: tl.constexpr,
@@ -45,41 +58,46 @@ def conv_taps_kernel(
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, F32X3: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """One tile of output positions x output channels of group ``program_id(1)``. The weight is
-    ``(C_out, TAPS, C_IN_G)`` contiguous."""
+    """One tile of rows ``q`` (``N x QD x QH x QW``) of phase ``program_id(1) % PHASES`` x output
+    channels of group ``program_id(1) // PHASES``. Row ``q`` reads input ``q * (ad, ah, aw) +
+    delta`` and writes output ``q * (bd, bh, bw) + r``: ``phase_ptr`` holds each phase's ``(taps,
+    r_d, r_h, r_w)``, ``taps_ptr`` its ``(tap, delta_d, delta_h, delta_w)`` (``MAX_TAPS`` a phase).
+    The weight is ``(C_out, TAPS, C_IN_G)`` contiguous."""
     pid = tl.program_id(0)
-    g = tl.program_id(1)
-    M = N * OD * OH * OW
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(C_OUT_G, BLOCK_N)
-    pid_m, pid_n = gemm_tile_order(pid, grid_m, grid_n, GROUP_M)
+    g = tl.program_id(1) // PHASES
+    phase = tl.program_id(1) % PHASES
+    M = N * QD * QH * QW
+    pid_m, pid_n = gemm_tile_order(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(C_OUT_G, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rm < M
     col_ok = rn < C_OUT_G
-    rows = tl.where(row_ok, rm, 0)
-    ow = rows % OW
-    oh = (rows // OW) % OH
-    od = (rows // (OW * OH)) % OD
-    n = (rows // (OW * OH * OD)).to(tl.int64)
+    rows = tl.where(rm < M, rm, 0)
+    qw = rows % QW
+    qh = (rows // QW) % QH
+    qd = (rows // (QW * QH)) % QD
+    n = (rows // (QW * QH * QD)).to(tl.int64)
+    count = tl.load(phase_ptr + phase * 4)
+    od = qd * bd + tl.load(phase_ptr + phase * 4 + 1)
+    oh = qh * bh + tl.load(phase_ptr + phase * 4 + 2)
+    ow = qw * bw + tl.load(phase_ptr + phase * 4 + 3)
+    row_ok = (rm < M) & (od < OD) & (oh < OH) & (ow < OW)
     x_row = x_ptr + n * sx_n + (g * C_IN_G).to(tl.int64) * sx_c
     w_col = w_ptr + (g * C_OUT_G + tl.where(col_ok, rn, 0)).to(tl.int64) * (TAPS * C_IN_G)
-    id0 = od * sd - pd
-    ih0 = oh * sh - ph
-    iw0 = ow * sw - pw
+    id0 = qd * ad
+    ih0 = qh * ah
+    iw0 = qw * aw
     rk = tl.arange(0, BLOCK_K)
     c_pad = tl.cdiv(C_IN_G, BLOCK_K) * BLOCK_K
+    entries = taps_ptr + phase * (MAX_TAPS * 4)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, TAPS * c_pad, BLOCK_K):
+    for k in range(0, count * c_pad, BLOCK_K):
         # One step stays inside one tap (BLOCK_K divides the padded channel count).
-        tap = k // c_pad
-        c = k - tap * c_pad + rk
-        kw = tap % KW
-        kh = (tap // KW) % KH
-        kd = tap // (KW * KH)
-        idd = id0 + kd * dd
-        ih = ih0 + kh * dh
-        iw = iw0 + kw * dw
+        t = k // c_pad
+        c = k - t * c_pad + rk
+        tap = tl.load(entries + t * 4)
+        idd = id0 + tl.load(entries + t * 4 + 1)
+        ih = ih0 + tl.load(entries + t * 4 + 2)
+        iw = iw0 + tl.load(entries + t * 4 + 3)
         ok = row_ok & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
         c_ok = c < C_IN_G
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
@@ -88,9 +106,49 @@ def conv_taps_kernel(
         acc = gemm_mma(a, b, acc, UPCAST, F32X3)
 
     conv_store_tile(
-        acc, n, od, oh, ow, (g * C_OUT_G + rn).to(tl.int64), row_ok, col_ok, tl.num_programs(1) * C_OUT_G, OD, OH, OW,
+        acc, n, od, oh, ow, (g * C_OUT_G + rn).to(tl.int64), row_ok, col_ok, (tl.num_programs(1) // PHASES) * C_OUT_G, OD, OH, OW,
         y_ptr, sy_n, sy_c, sy_d, sy_h, sy_w, bias_ptr, HAS_BIAS, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def conv_tap_table(kernel: tuple, stride: tuple, padding: tuple, dilation: tuple, transposed: bool) -> tuple[list, list, int]:
+    """The geometry's phases and tap table (plain Python lists, cached): ``(phases, taps,
+    max_taps)``; ``phases[p] = (taps in it, r_d, r_h, r_w)``, ``taps[p]`` its ``(tap, delta_d,
+    delta_h, delta_w)`` padded to ``max_taps`` entries. 3-D tuples (a 1-D or 2-D convolution has
+    size-1 leading dimensions)."""
+    kd, kh, kw = kernel
+    all_taps = [(a, b, c) for a in range(kd) for b in range(kh) for c in range(kw)]
+    if not transposed:
+        entry = [(i, *(k * dd - pp for k, dd, pp in zip(t, dilation, padding))) for i, t in enumerate(all_taps)]
+        return [(len(entry), 0, 0, 0)], [entry], len(entry)
+    phases, taps = [], []
+    for r in [(a, b, c) for a in range(stride[0]) for b in range(stride[1]) for c in range(stride[2])]:
+        entry = [
+            (i, *((rr + pp - k * dd) // ss for rr, pp, k, dd, ss in zip(r, padding, t, dilation, stride)))
+            for i, t in enumerate(all_taps)
+            if all((rr + pp - k * dd) % ss == 0 for rr, pp, k, dd, ss in zip(r, padding, t, dilation, stride))
+        ]
+        phases.append((len(entry), *r))
+        taps.append(entry)
+    return phases, taps, max(1, max(len(e) for e in taps))
+
+
+_TAP_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _tap_tensors(kernel, stride, padding, dilation, transposed, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """The tap table and the phases as int32 tensors on ``device`` (built once per geometry)."""
+    phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
+    key = (kernel, stride, padding, dilation, transposed, str(device))
+    if key not in _TAP_TABLES:
+        flat = [v for entry in taps for row in entry + [(0, 0, 0, 0)] * (max_taps - len(entry)) for v in row]
+        _TAP_TABLES[key] = (
+            torch.tensor(flat, dtype=torch.int32, device=device),
+            torch.tensor([v for p in phases for v in p], dtype=torch.int32, device=device),
+        )
+    table, phase = _TAP_TABLES[key]
+    return table, phase, max_taps, len(phases)
 
 
 def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3") -> list[triton.Config]:
@@ -112,51 +170,61 @@ def _conv_taps_tuned(configs: list[triton.Config]):
     """One autotuner per configuration list (they share the compiled kernels of ``conv_taps_kernel``)."""
     key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
     if key not in _TAP_TUNERS:
-        tune_key = ["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KH", "KW", "TAPS", "sx_c", "F32X3"]
+        tune_key = ["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "QD", "QH", "QW", "TAPS", "PHASES", "sx_c", "F32X3"]
         _TAP_TUNERS[key] = triton.autotune(configs=configs, key=tune_key)(conv_taps_kernel)
     return _TAP_TUNERS[key]
 
 
 def conv_taps(
-    x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, post: tuple | None = None,
-    precision: str = "tf32x3", channels_last: bool = False, config: triton.Config | None = None,
+    x, weight, bias=None, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1,
+    post: tuple | None = None, precision: str = "tf32x3", channels_last: bool = False, config: triton.Config | None = None,
 ) -> torch.Tensor:
-    """``post(convolution(x, weight, bias, stride, padding, dilation, groups))``, contiguous;
-    ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its operands
-    broadcastable to the output's shape. ``precision``: how float32 operands are multiplied
-    (``TAP_CONV_PRECISIONS``); ``channels_last``: make the input channel-innermost first."""
+    """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments, the
+    output contiguous; ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its
+    operands broadcastable to the output's shape. ``precision``: how float32 operands are
+    multiplied (``TAP_CONV_PRECISIONS``); ``channels_last``: make the input channel-innermost first."""
     if precision not in TAP_CONV_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(TAP_CONV_PRECISIONS)})")
-    why_not = conv_supported(x, weight, bias, stride, padding, dilation, False, 0, groups)
+    why_not = conv_supported(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     if why_not:
         raise ValueError(f"the convolution kernel does not cover this call: {why_not}")
     nd = x.dim() - 2
-    shape = conv_output_shape(x, weight, stride, padding, dilation, False, 0, groups)
+    shape = conv_output_shape(x, weight, stride, padding, dilation, transposed, output_padding, groups)
     # The Triton interpreter truncates float32 to bfloat16/float16 where the GPU rounds to
     # nearest: on the CPU the kernel stores float32 and torch rounds once, as the GPU does.
     y = torch.empty(shape, device=x.device, dtype=x.dtype if x.is_cuda else torch.float32)
     epilogue = ew_epilogue_args(post, tuple(shape), y)
     s, p, d = (_conv_tuple(v, nd) for v in (stride, padding, dilation))
-    pad = (1,) * (3 - nd)
-    s, d, p = pad + s, pad + d, (0,) * (3 - nd) + p
+    lead = 3 - nd
+    s, d, p = (1,) * lead + s, (1,) * lead + d, (0,) * lead + p
     x5, w5, y5 = _conv_5d(x), _conv_5d(weight), _conv_5d(y)
     if channels_last and x5.stride(1) != 1:
         x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)
-    c_in_g, c_out_g = weight.shape[1], weight.shape[0] // groups
-    taps = w5.shape[2] * w5.shape[3] * w5.shape[4]
-    # (C_out, kd, kh, kw, C_in / groups): each tap's channels contiguous, the reduction K-major.
-    w_taps = w5.permute(0, 2, 3, 4, 1).contiguous()
+    kernel = tuple(w5.shape[2:])
+    taps = math.prod(kernel)
+    if transposed:
+        c_in_g, c_out_g = x.shape[1] // groups, w5.shape[1]
+        # (C_in, C_out / groups, k...) -> (C_out, taps, C_in / groups), group by group.
+        w_taps = w5.reshape(groups, c_in_g, c_out_g, taps).permute(0, 2, 3, 1).contiguous()
+        rows = tuple(-(-o // st) for o, st in zip(y5.shape[2:], s))  # each phase's rows: ceil(O / stride)
+        step_in, step_out = (1, 1, 1), s
+    else:
+        c_in_g, c_out_g = w5.shape[1], w5.shape[0] // groups
+        # (C_out, C_in / groups, k...) -> (C_out, taps, C_in / groups): each tap's channels contiguous.
+        w_taps = w5.permute(0, 2, 3, 4, 1).contiguous()
+        rows, step_in, step_out = tuple(y5.shape[2:]), s, (1, 1, 1)
+    table, phase, max_taps, phases = _tap_tensors(kernel, s, p, d, bool(transposed), x.device)
     f32x3 = precision == "tf32x3" and x.dtype == torch.float32
     args = [
-        x5, w_taps, y5, bias if bias is not None else y5, *(epilogue.pop(f"q{k}") for k in range(4)),
-        x.shape[0], c_in_g, *x5.shape[2:], c_out_g, *y5.shape[2:], w5.shape[3], w5.shape[4], taps,
-        *s, *p, *d, *x5.stride(), *y5.stride(),
+        x5, w_taps, y5, bias if bias is not None else y5, *(epilogue.pop(f"q{k}") for k in range(4)), table, phase,
+        x.shape[0], c_in_g, *x5.shape[2:], c_out_g, *y5.shape[2:], *rows, taps, max_taps, phases,
+        *step_in, *step_out, *x5.stride(), *y5.stride(),
     ]
     constants = dict(epilogue, HAS_BIAS=bias is not None, UPCAST=not x.is_cuda, F32X3=f32x3)
-    m = y5.shape[0] * y5.shape[2] * y5.shape[3] * y5.shape[4]
+    m = x.shape[0] * math.prod(rows)
 
     def grid(meta):
-        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(c_out_g, meta["BLOCK_N"]), groups)
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(c_out_g, meta["BLOCK_N"]), groups * phases)
 
     if config is None and not x.is_cuda:
         config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4, num_stages=1)

@@ -203,6 +203,16 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
     assert "conv_taps(" in source and 'precision="tf32x3"' in source and "def conv_taps_kernel" in source
     got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
     torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+    # A transposed convolution is the other tap-outer kind, with its stride, padding and output padding.
+    up = torch.nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1, output_padding=1)
+    up_graph = graph_of(up, [x])
+    won_t = dict(won, conv_transposed_fp32x3=Measured("conv_transposed_fp32x3", 1.5, True))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won_t))
+    match = next(m for m in find_matches(up_graph, wins=won_t).matches if m.kind.startswith("conv"))
+    assert match.kind == "conv_transposed_fp32x3" and "split by output phase" in match.rationale
+    source = kernel_candidate("import torch\n\nclass Model(torch.nn.ConvTranspose2d):\n    pass\n", up_graph, ["conv_transposed_fp32x3_epilogue"], "test")
+    assert "True, [1, 1], 1" in source
+    torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), up, [x]), up(x), atol=2e-5, rtol=2e-5)
     depthwise = torch.nn.Conv2d(4, 4, 3, groups=4)
     dw_graph = graph_of(depthwise, [x])
     assert not any(m.kind == "conv_fp32x3" for m in find_matches(dw_graph, wins=won).matches)

@@ -21,9 +21,10 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
   + lo*hi``, ``kernels.gemm.matmul.GEMM_PRECISIONS``), whose error against float64 is at or below
   cuBLAS's SGEMM (``benchmarks/gpu/fp32x3_probe.py``), not TF32's: the judge's float32 bound holds
   and no precision flag changes. Offered once ``kernels/gemm/bench_gemm.py`` measured it winning;
-- ``conv_fp32x3``: a float32 convolution (not transposed, at least ``TAPS_MIN_CHANNELS`` input
-  channels a group) as ``kernels/conv/tap_gemm.py``'s implicit GEMM, tap by tap, in the same three
-  TF32 products. Offered once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured it winning.
+- ``conv_fp32x3``, ``conv_transposed_fp32x3``: a float32 convolution, plain or transposed (at least
+  ``TAPS_MIN_CHANNELS`` input channels a group), as ``kernels/conv/tap_gemm.py``'s implicit GEMM,
+  tap by tap (a transposed one split by output phase), in the same three TF32 products. Offered
+  once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured them winning.
 """
 
 from __future__ import annotations
@@ -232,11 +233,12 @@ class ConvEpilogue(_KindTemplate):
         nodes = [node.index] + (sorted(chain.nodes) if chain else [])
         final = chain.output if chain else out
         kind = "conv_lowp" if dtype != "float32" else ("conv_transposed_fp32" if transposed else "conv_fp32")
-        taps = kind == "conv_fp32" and self.kind == "conv_fp32x3"
+        taps = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
         if taps:
-            if view.tensor(w).shape[1] < TAPS_MIN_CHANNELS:
+            c_in_g = view.tensor(w).shape[0] // groups if transposed else view.tensor(w).shape[1]
+            if c_in_g < TAPS_MIN_CHANNELS:
                 return None
-            kind = "conv_fp32x3"
+            kind = self.kind
         k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
         flops = 2 * view.tensor(out).numel * k
         reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
@@ -247,11 +249,12 @@ class ConvEpilogue(_KindTemplate):
         shape = list(view.tensor(x).shape)
         if taps:
             module, how = TAPS_MODULE, (
-                f"convolution {shape} float32 as an implicit GEMM walking the filter's taps, on the tensor cores as three TF32 "
-                f"products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+                f"{'transposed ' if transposed else ''}convolution {shape} float32 as an implicit GEMM walking the filter's taps"
+                f"{' (split by output phase: only the taps that reach each)' if transposed else ''}, on the tensor cores as three "
+                f"TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
             )
-            call = lambda names: (f"conv_taps({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
-                                  f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
+            call = lambda names: (f"conv_taps({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
+                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")")
         else:
             module, how = CONV_MODULE, f"{'transposed ' if transposed else ''}convolution {shape} {dtype} as an implicit GEMM with its bias"
             call = lambda names: (f"conv_forward({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
@@ -277,4 +280,5 @@ register(GemmEpilogue("gemm_fp32x3", 9, offered_unmeasured=False))
 register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
 for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
     register(ConvEpilogue(_kind, 12, offered_unmeasured=False))
-register(ConvEpilogue("conv_fp32x3", 11, offered_unmeasured=False))
+for _kind in ("conv_fp32x3", "conv_transposed_fp32x3"):
+    register(ConvEpilogue(_kind, 11, offered_unmeasured=False))
