@@ -63,12 +63,18 @@ def launch_bound(a: Analysis) -> float:
     return min(1.0, LAUNCH_MS * max(a.n_kernels, 1) / a.reference_ms)
 
 
-def graph_costs_more(a: Analysis) -> bool:
-    """Whether a CUDA graph's copies cost more than the launches it saves: a replay reuses its
-    input buffers, so each call copies its inputs in and its outputs out (read and written
-    once each), against ~8 us per kernel launched. On KernelBench's 6 GiB elementwise problems
-    a graph ran at half the reference's speed."""
+def graph_copies_ms(a: Analysis) -> float:
+    """What a CUDA graph's replay adds to a call: it reuses its input buffers, so each call copies
+    its inputs in and its outputs out (read and written once each), at the HBM roofline."""
+    if a.op_graph is None:
+        return 0.0
+    return 2 * (a.total_input_bytes + a.op_graph.bytes_of(a.op_graph.output_ids())) / BYTES_PER_MS
+
+
+def graph_costs_more(a: Analysis, host_ms: float | None = None) -> bool:
+    """Whether a CUDA graph's copies cost more than the host time it saves: ``host_ms``, or ~8 us
+    per kernel the reference launches. On KernelBench's 6 GiB elementwise problems a graph ran at
+    half the reference's speed."""
     if a.op_graph is None:
         return False
-    moved = 2 * (a.total_input_bytes + a.op_graph.bytes_of(a.op_graph.output_ids()))
-    return moved / BYTES_PER_MS > LAUNCH_MS * max(a.n_kernels, 1)
+    return graph_copies_ms(a) > (LAUNCH_MS * max(a.n_kernels, 1) if host_ms is None else host_ms)

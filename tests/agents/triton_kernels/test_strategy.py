@@ -103,6 +103,19 @@ def test_a_graphed_replay_is_offered_on_a_gpu_without_host_syncs_only(interpret)
     assert not [o for o in kernel_offers(_analysis("softmax_rows")) if o.params["wrapper"] == GRAPHED], "no graph off a GPU"
 
 
+def test_a_graphed_replay_is_weighed_against_the_replays_host_time_not_the_references_launches(interpret):
+    """A step of few kernels (a product, say) launches little from the reference's side, but the
+    replay calls each region's kernel from Python (~0.2 ms each, which the judge counts): the graph
+    is offered while its copies cost less than that, and not once they cost more."""
+    a = _analysis("softmax_rows", device="cuda")
+    a.reference_ms, a.n_kernels = 2.0, 1
+    a.total_input_bytes = 150_000_000  # copies ~0.1 ms: more than one launch, less than one region's call
+    graphed = [o for o in kernel_offers(a) if o.params["wrapper"] == GRAPHED]
+    assert len(graphed) == 1 and "the replay's host time" in graphed[0].rationale
+    a.total_input_bytes = 3_000_000_000  # copies ~2 ms: more than the replay's host time
+    assert not [o for o in kernel_offers(a) if o.params["wrapper"] == GRAPHED]
+
+
 @pytest.mark.slow
 def test_the_graphed_candidate_is_correct_under_the_real_evaluator(interpreted_evaluator, interpret, tmp_path, monkeypatch):
     """Off a GPU its forward runs the replay itself (the capture is the GPU test's): the code, the
