@@ -69,6 +69,13 @@ def test_three_way_tf32_products_of_any_layout_match_torch(a_of, b_of):
     close32(gemm(a, b, precision="tf32x3"), a @ b)
 
 
+def test_three_way_tf32_products_keep_their_row_epilogues():
+    a, b = rand(21, 40), rand(40, 50)
+    close32(gemm(a, b, row="softmax", precision="tf32x3"), torch.softmax(a @ b, dim=-1))
+    close32(gemm(a, b, reduce="logsumexp", precision="tf32x3"), torch.logsumexp(a @ b, dim=-1))
+    close32(gemm(a, b, tril=0, precision="tf32x3"), torch.tril(a @ b))
+
+
 def test_batched_products_broadcast_like_matmul():
     a, b = rand(3, 20, 16), rand(3, 16, 24)
     close32(gemm(a, b), torch.bmm(a, b))
