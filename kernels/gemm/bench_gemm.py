@@ -29,7 +29,7 @@ from kernels.gemm.matmul import gemm, gemm_tuned_configs  # noqa: E402
 
 
 #: The template kinds these patterns measure (float32 and bfloat16 products, the triangle).
-KINDS = frozenset({"gemm_fp32", "gemm_fp32x3", "gemm_lowp", "gemm_triangular"})
+KINDS = frozenset({"gemm_fp32", "gemm_fp32x3", "gemm_lowp", "gemm_triangular", "attention_fp32x3"})
 
 def bench_ms(fn) -> float:
     """Median milliseconds (triton's do_bench: L2 flushed between calls)."""
@@ -75,6 +75,14 @@ def patterns():
     yield "tf32x3 square 4096^3 float32", lambda: a @ c, lambda: gemm(a, c, precision="tf32x3"), (1e-4, 1e-4)
     P, Q = torch.rand(128, 512, 1024, device=dev), torch.rand(128, 1024, 2048, device=dev)
     yield "tf32x3 bmm 128x512x1024x2048 float32", lambda: torch.bmm(P, Q), lambda: gemm(P, Q, precision="tf32x3"), (1e-4, 1e-4)
+    # attention_fp32x3: the attention template's statement (t_attention.py) against PyTorch's
+    # float32 attention (its memory-efficient kernel, on the CUDA cores).
+    for shape in ((32, 32, 512, 1024), (16, 16, 1024, 64)):
+        qkv = [torch.rand(*shape, device=dev) for _ in range(3)]
+        post = ([], *gemm_chain(("mul", shape[-1] ** -0.5)))
+        yield (f"tf32x3 attention {'x'.join(map(str, shape))} float32", lambda qkv=qkv: F.scaled_dot_product_attention(*qkv),
+               lambda qkv=qkv, post=post: gemm(torch.softmax(gemm(qkv[0], qkv[1].transpose(-2, -1), post, precision="tf32x3"), dim=-1), qkv[2], precision="tf32x3"),
+               (1e-4, 1e-4))
     L1, L2 = (torch.rand(4096, 4096, device=dev).tril() for _ in range(2))
     yield "tril(L @ L) 4096 float32", lambda: torch.tril(L1 @ L2), lambda: gemm(L1, L2, tril=0, triangular_inputs=True), (1e-4, 1e-4)
     A, B = torch.rand(16384, 64, device=dev), torch.rand(64, 16384, device=dev)

@@ -275,3 +275,38 @@ def test_the_offline_strategist_plans_the_triangular_kernel_and_the_evaluator_ju
     assert step.status == "correct", (step.error, step.feedback)
     assert "gemm_triangular_epilogue" in step.plan.params["templates"]
     assert "triangle" in step.plan.rationale
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_float32_attention_becomes_two_three_way_tf32_products_around_a_softmax_once_measured(monkeypatch):
+    """``attention_fp32x3`` takes the attention operator the trace recorded (no mask, no dropout,
+    not causal), only once the GPU benchmark measured it, and computes the reference's result."""
+    # (Shapes the CPU's fused kernel takes; others the CPU decomposes into products and a softmax,
+    # which the GEMM templates take.)
+    q, k, v = torch.randn(2, 3, 24, 8), torch.randn(2, 3, 24, 8), torch.randn(2, 3, 24, 8)
+    graph = graph_of(Attention(), [q, k, v])
+    assert [n.op for n in graph.nodes] == ["aten::_scaled_dot_product_flash_attention_for_cpu"]
+    assert not any(m.kind == "attention_fp32x3" for m in find_matches(graph, wins={}).matches)
+    won = {"attention_fp32x3": Measured("attention_fp32x3", 1.6, True, 1.7, "H100")}
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
+    match = next(m for m in find_matches(graph, wins=won).matches if m.kind == "attention_fp32x3")
+    assert "three TF32 products" in match.rationale and match.params["keys"] == 24
+    source = kernel_candidate(reference_source(Attention), graph, ["attention_fp32x3"], "test")
+    assert source.count('precision="tf32x3"') >= 2 and "torch.softmax(" in source
+    got = run_candidate(source.replace("class Model(", "class _Reference("), Attention(), [q, k, v])
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=2e-5, rtol=2e-5)
+
+
+class CausalAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_causal_or_masked_attention_is_left_to_pytorch():
+    q = torch.randn(1, 2, 8, 4)
+    won = {"attention_fp32x3": Measured("attention_fp32x3", 1.6, True)}
+    assert not any(m.kind == "attention_fp32x3" for m in find_matches(graph_of(CausalAttention(), [q, q, q]), wins=won).matches)
