@@ -3,8 +3,10 @@
 ``A`` is ``(..., M, K)`` and ``B`` is ``(..., K, N)`` with ``torch.matmul``'s batch broadcasting;
 any strides (a transposed operand is just its strides; a broadcast batch has stride 0). The
 accumulator is float32. Float32 inputs are multiplied in full float32 (``input_precision="ieee"``:
-never TF32, whose 10-bit mantissa the judge rejects on float32 references); bfloat16/float16 use
-the tensor cores with float32 accumulation.
+never TF32, whose 10-bit mantissa the judge rejects on float32 references), or with
+``precision="tf32x3"`` on the tensor cores as three TF32 products of split operands, whose error
+stays at float32's level (``GEMM_PRECISIONS``); bfloat16/float16 use the tensor cores with float32
+accumulation.
 
 After the product, in registers and before the one store:
 
