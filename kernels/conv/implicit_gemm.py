@@ -199,14 +199,11 @@ CONV_TUNERS = {
 CONV_PRECISIONS = ("ieee", "tf32x3")
 
 
-def conv_forward(
-    x, weight, bias=None, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1,
-    post: tuple | None = None, config: triton.Config | None = None, precision: str = "ieee",
-) -> torch.Tensor:
-    """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments;
-    ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its operands
-    broadcastable to the output's shape. The output is contiguous. ``precision``: how float32
-    operands are multiplied, ``"ieee"`` or ``"tf32x3"`` (``kernels.gemm.matmul.GEMM_PRECISIONS``)."""
+def conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision) -> tuple:
+    """What a convolution kernel's launcher does first: check the call (``ValueError`` naming what
+    is not covered), allocate the contiguous output, lay out the epilogue's operands, and give the
+    stride, padding and dilation as 3-D tuples with the input, weight and output as 5-D views:
+    ``(y, epilogue, (s, p, d), (x5, w5, y5))``."""
     if precision not in CONV_PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(CONV_PRECISIONS)})")
     why_not = conv_supported(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
@@ -219,9 +216,20 @@ def conv_forward(
     y = torch.empty(shape, device=x.device, dtype=x.dtype if x.is_cuda else torch.float32)
     epilogue = ew_epilogue_args(post, tuple(shape), y)
     s, p, d = (_conv_tuple(v, nd) for v in (stride, padding, dilation))
-    pad = (1,) * (3 - nd)
-    s, d, p = pad + s, pad + d, (0,) * (3 - nd) + p
-    x5, w5, y5 = _conv_5d(x), _conv_5d(weight), _conv_5d(y)
+    lead = 3 - nd
+    geometry = ((1,) * lead + s, (0,) * lead + p, (1,) * lead + d)
+    return y, epilogue, geometry, (_conv_5d(x), _conv_5d(weight), _conv_5d(y))
+
+
+def conv_forward(
+    x, weight, bias=None, stride=1, padding=0, dilation=1, transposed=False, output_padding=0, groups=1,
+    post: tuple | None = None, config: triton.Config | None = None, precision: str = "ieee",
+) -> torch.Tensor:
+    """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments;
+    ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its operands
+    broadcastable to the output's shape. The output is contiguous. ``precision``: how float32
+    operands are multiplied, ``"ieee"`` or ``"tf32x3"`` (``kernels.gemm.matmul.GEMM_PRECISIONS``)."""
+    y, epilogue, (s, p, d), (x5, w5, y5) = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
     if transposed:
         c_in_g, c_out_g = x.shape[1] // groups, weight.shape[1]
         sw_o, sw_i = w5.stride(1), w5.stride(0)

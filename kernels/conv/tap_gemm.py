@@ -38,12 +38,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.conv.implicit_gemm import _conv_5d, _conv_tuple, conv_output_shape, conv_store_tile, conv_supported
-from kernels.elementwise.kernel import ew_epilogue_args
+from kernels.conv.implicit_gemm import CONV_PRECISIONS, conv_setup, conv_store_tile
 from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 #: How float32 operands may be multiplied (``kernels.gemm.matmul.GEMM_PRECISIONS``).
-TAP_CONV_PRECISIONS = ("ieee", "tf32x3")
+TAP_CONV_PRECISIONS = CONV_PRECISIONS
 
 
 @triton.jit
@@ -183,21 +182,7 @@ def conv_taps(
     output contiguous; ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its
     operands broadcastable to the output's shape. ``precision``: how float32 operands are
     multiplied (``TAP_CONV_PRECISIONS``); ``channels_last``: make the input channel-innermost first."""
-    if precision not in TAP_CONV_PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(TAP_CONV_PRECISIONS)})")
-    why_not = conv_supported(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    if why_not:
-        raise ValueError(f"the convolution kernel does not cover this call: {why_not}")
-    nd = x.dim() - 2
-    shape = conv_output_shape(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    # The Triton interpreter truncates float32 to bfloat16/float16 where the GPU rounds to
-    # nearest: on the CPU the kernel stores float32 and torch rounds once, as the GPU does.
-    y = torch.empty(shape, device=x.device, dtype=x.dtype if x.is_cuda else torch.float32)
-    epilogue = ew_epilogue_args(post, tuple(shape), y)
-    s, p, d = (_conv_tuple(v, nd) for v in (stride, padding, dilation))
-    lead = 3 - nd
-    s, d, p = (1,) * lead + s, (1,) * lead + d, (0,) * lead + p
-    x5, w5, y5 = _conv_5d(x), _conv_5d(weight), _conv_5d(y)
+    y, epilogue, (s, p, d), (x5, w5, y5) = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
     if channels_last and x5.stride(1) != 1:
         x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)
     kernel = tuple(w5.shape[2:])
