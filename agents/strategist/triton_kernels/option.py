@@ -19,6 +19,7 @@ from ..dominance import LAUNCH_MS, graph_copies_ms, graph_costs_more, launch_bou
 from ..embed import EmbedError
 from .emit import NotReplayable, replay_problem
 from .plan import KernelPlan, find_matches, kernel_candidate, measured_kinds
+from .templates import TEMPLATES
 
 #: The strategy's name in plans, the trajectory and the knowledge base.
 STRATEGY = "triton_kernels"
@@ -49,6 +50,12 @@ class KernelOffer:
     params: dict
     score: float
     rationale: str
+
+
+def gpu_only_kinds() -> set[str]:
+    """Kinds offered only once the GPU benchmark measured them winning (``offered_unmeasured``
+    false): the same work as cuBLAS/cuDNN/PyTorch's kernels done differently."""
+    return {t.kind for t in TEMPLATES.values() if not t.offered_unmeasured}
 
 
 def kernels_can_run(device: str) -> bool:
@@ -116,6 +123,12 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
     if graph is None or not kernels_can_run(a.device) or replay_problem(graph):
         return []
     wins = measured_kinds()
+    if a.device != "cuda":
+        # The verdicts are the GPU's. A kind offered only once measured winning there does the
+        # vendor library's work on other units (the tensor cores, as three TF32 products): under
+        # the CPU's interpreter it is only slower (a product interpreted tile by tile outlasted
+        # the judge's hang bound), so a CPU job is not offered it.
+        wins = {k: v for k, v in wins.items() if not (v.wins and k in gpu_only_kinds())}
     plan = find_matches(graph, wins=wins)
     if not plan.matches:
         return []

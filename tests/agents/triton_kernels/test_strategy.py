@@ -116,6 +116,25 @@ def test_a_graphed_replay_is_weighed_against_the_replays_host_time_not_the_refer
     assert not [o for o in kernel_offers(a) if o.params["wrapper"] == GRAPHED]
 
 
+def test_kinds_that_won_only_on_the_gpu_are_offered_on_a_gpu_only(interpret):
+    """A float32 product wins on the GPU as three TF32 products (kernels/wins.json); under the
+    CPU's interpreter the same kernel only outlasts the reference, so a CPU job is not offered it,
+    and the structure-only kinds still are."""
+    import torch
+
+    from kloom.opgraph import OpGraph
+    from services.worker.evaluator.tracing import trace_call
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.Softmax(dim=-1))
+    a = _analysis("softmax_rows")
+    a.op_graph = OpGraph.from_dict(trace_call(model, [torch.rand(16, 32)])["op_graph"])
+    templates = lambda offers: {t for o in offers for t in o.params["templates"]}  # noqa: E731
+    assert "gemm_fp32x3_epilogue" not in templates(kernel_offers(a))
+    assert "softmax" in templates(kernel_offers(a))
+    a.device = "cuda"
+    assert "gemm_fp32x3_epilogue" in templates(kernel_offers(a))
+
+
 @pytest.mark.slow
 def test_the_graphed_candidate_is_correct_under_the_real_evaluator(interpreted_evaluator, interpret, tmp_path, monkeypatch):
     """Off a GPU its forward runs the replay itself (the capture is the GPU test's): the code, the
