@@ -158,7 +158,9 @@ def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3"
     if dtype == torch.float32 and precision == "ieee":
         shapes = [(128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (128, 128, 8, 3)]
     else:
-        shapes = [(128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4), (128, 128, 4, 3), (64, 64, 4, 4), (256, 64, 8, 3), (128, 256, 8, 3)]
+        # The tiles the three-way products won with in the GEMM (128x64 and 64x64, 4 warps, 4
+        # stages) and two neighbours: each configuration is a compilation a job waits for.
+        shapes = [(128, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 4), (128, 128, 8, 3)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": nn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s) for m, nn, w, s in shapes]
 
 
