@@ -27,10 +27,6 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu.kernelbench_run import read_rows  # noqa: E402
 
 
-def read(path: Path) -> dict[str, dict]:
-    return read_rows([path])
-
-
 def kept_mode(old: dict, mode: str) -> dict | None:
     """``old``'s entry for ``mode`` as a self-contained entry (its own eager time and device)."""
     entry = dict((old.get("modes") or {}).get(mode) or {})
@@ -63,10 +59,10 @@ def main() -> int:
     ap.add_argument("base", type=Path)
     ap.add_argument("new", type=Path, nargs="+")
     args = ap.parse_args()
-    rows = read(args.base)
+    rows = read_rows([args.base])
     changed = 0
     for path in args.new:
-        for name, row in read(path).items():
+        for name, row in read_rows([path]).items():
             if row.get("status") != "measured":
                 continue  # a problem cut short keeps its old row
             rows[name] = merged(rows.get(name), row)

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
-from kernels.gemm.tiles import gemm_mma
+from kernels.gemm.tiles import gemm_f32x3, gemm_mma
 
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INT32_LIMIT = 2**31
@@ -195,17 +195,14 @@ CONV_TUNERS = {
     dtype: triton.autotune(configs=conv_configs(dtype), key=["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KD", "KH", "KW", "F32X3"])(conv_kernel)
     for dtype in CONV_DTYPES
 }
-#: How float32 operands may be multiplied (``kernels.gemm.matmul.GEMM_PRECISIONS``).
-CONV_PRECISIONS = ("ieee", "tf32x3")
 
 
 def conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision) -> tuple:
     """What a convolution kernel's launcher does first: check the call (``ValueError`` naming what
     is not covered), allocate the contiguous output, lay out the epilogue's operands, and give the
-    stride, padding and dilation as 3-D tuples with the input, weight and output as 5-D views:
-    ``(y, epilogue, (s, p, d), (x5, w5, y5))``."""
-    if precision not in CONV_PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(CONV_PRECISIONS)})")
+    stride, padding and dilation as 3-D tuples with the input, weight and output as 5-D views,
+    and the kernels' ``F32X3`` for ``precision``: ``(y, epilogue, (s, p, d), (x5, w5, y5), f32x3)``."""
+    f32x3 = gemm_f32x3(precision, x.dtype if isinstance(x, torch.Tensor) else None)
     why_not = conv_supported(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     if why_not:
         raise ValueError(f"the convolution kernel does not cover this call: {why_not}")
@@ -218,7 +215,7 @@ def conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_pa
     s, p, d = (_conv_tuple(v, nd) for v in (stride, padding, dilation))
     lead = 3 - nd
     geometry = ((1,) * lead + s, (0,) * lead + p, (1,) * lead + d)
-    return y, epilogue, geometry, (_conv_5d(x), _conv_5d(weight), _conv_5d(y))
+    return y, epilogue, geometry, (_conv_5d(x), _conv_5d(weight), _conv_5d(y)), f32x3
 
 
 def conv_forward(
@@ -228,8 +225,8 @@ def conv_forward(
     """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments;
     ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its operands
     broadcastable to the output's shape. The output is contiguous. ``precision``: how float32
-    operands are multiplied, ``"ieee"`` or ``"tf32x3"`` (``kernels.gemm.matmul.GEMM_PRECISIONS``)."""
-    y, epilogue, (s, p, d), (x5, w5, y5) = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
+    operands are multiplied, ``"ieee"`` or ``"tf32x3"`` (``kernels.gemm.tiles.GEMM_PRECISIONS``)."""
+    y, epilogue, (s, p, d), (x5, w5, y5), f32x3 = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
     if transposed:
         c_in_g, c_out_g = x.shape[1] // groups, weight.shape[1]
         sw_o, sw_i = w5.stride(1), w5.stride(0)
@@ -241,7 +238,7 @@ def conv_forward(
         x.shape[0], c_in_g, *x5.shape[2:], c_out_g, *y5.shape[2:], *w5.shape[2:],
         *s, *p, *d, *x5.stride(), sw_o, sw_i, *w5.stride()[2:], *y5.stride(),
     ]
-    constants = dict(epilogue, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, UPCAST=not x.is_cuda, F32X3=precision == "tf32x3" and x.dtype == torch.float32)
+    constants = dict(epilogue, TRANSPOSED=bool(transposed), HAS_BIAS=bias is not None, UPCAST=not x.is_cuda, F32X3=f32x3)
     m = y5.shape[0] * y5.shape[2] * y5.shape[3] * y5.shape[4]
 
     def grid(meta):

@@ -23,7 +23,7 @@ where ``r + padding - k * dilation`` is a multiple of the stride, from input ``q
 product is spent on the zeros a strided transposed convolution would otherwise gather.
 
 Float32 is multiplied in full precision (``"ieee"``) or as three TF32 products of split operands
-(``"tf32x3"``, float32's accuracy: ``kernels/gemm/matmul.py``'s ``GEMM_PRECISIONS``); 16-bit
+(``"tf32x3"``, float32's accuracy: ``kernels/gemm/tiles.py``'s ``GEMM_PRECISIONS``); 16-bit
 floats on the tensor cores; the accumulator is float32. The bias and an elementwise epilogue
 (``kernels/elementwise``) run on the tile before its one store into a contiguous output.
 
@@ -31,18 +31,15 @@ Whether it beats cuDNN is the GPU benchmark's to say (``kernels/conv/bench_conv.
 ``taps``); the strategist offers it only where it measured a win (``kernels/wins.json``).
 """
 
-import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.conv.implicit_gemm import CONV_PRECISIONS, conv_setup, conv_store_tile
+from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
 from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
-#: How float32 operands may be multiplied (``kernels.gemm.matmul.GEMM_PRECISIONS``).
-TAP_CONV_PRECISIONS = CONV_PRECISIONS
 
 
 @triton.jit
@@ -110,12 +107,11 @@ def conv_taps_kernel(
     )
 
 
-@functools.lru_cache(maxsize=256)
 def conv_tap_table(kernel: tuple, stride: tuple, padding: tuple, dilation: tuple, transposed: bool) -> tuple[list, list, int]:
-    """The geometry's phases and tap table (plain Python lists, cached): ``(phases, taps,
-    max_taps)``; ``phases[p] = (taps in it, r_d, r_h, r_w)``, ``taps[p]`` its ``(tap, delta_d,
-    delta_h, delta_w)`` padded to ``max_taps`` entries. 3-D tuples (a 1-D or 2-D convolution has
-    size-1 leading dimensions)."""
+    """The geometry's phases and tap table (plain Python lists): ``(phases, taps, max_taps)``;
+    ``phases[p] = (taps in it, r_d, r_h, r_w)``, ``taps[p]`` its ``(tap, delta_d, delta_h,
+    delta_w)`` entries, at most ``max_taps``. 3-D tuples (a 1-D or 2-D convolution has size-1
+    leading dimensions)."""
     kd, kh, kw = kernel
     all_taps = [(a, b, c) for a in range(kd) for b in range(kh) for c in range(kw)]
     if not transposed:
@@ -133,21 +129,23 @@ def conv_tap_table(kernel: tuple, stride: tuple, padding: tuple, dilation: tuple
     return phases, taps, max(1, max(len(e) for e in taps))
 
 
-_TAP_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_TAP_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor, int, int]] = {}
 
 
 def _tap_tensors(kernel, stride, padding, dilation, transposed, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """The tap table and the phases as int32 tensors on ``device`` (built once per geometry)."""
-    phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
+    """The tap table (each phase's entries padded to ``max_taps``) and the phases as int32 tensors
+    on ``device``, with ``max_taps`` and the number of phases: built once per geometry and device."""
     key = (kernel, stride, padding, dilation, transposed, str(device))
     if key not in _TAP_TABLES:
+        phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
         flat = [v for entry in taps for row in entry + [(0, 0, 0, 0)] * (max_taps - len(entry)) for v in row]
         _TAP_TABLES[key] = (
             torch.tensor(flat, dtype=torch.int32, device=device),
             torch.tensor([v for p in phases for v in p], dtype=torch.int32, device=device),
+            max_taps,
+            len(phases),
         )
-    table, phase = _TAP_TABLES[key]
-    return table, phase, max_taps, len(phases)
+    return _TAP_TABLES[key]
 
 
 def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3") -> list[triton.Config]:
@@ -183,8 +181,8 @@ def conv_taps(
     """``post(convolution(x, weight, bias, ...))`` with ``aten.convolution``'s arguments, the
     output contiguous; ``post``: ``(operands, program, scalars)``, the elementwise epilogue, its
     operands broadcastable to the output's shape. ``precision``: how float32 operands are
-    multiplied (``TAP_CONV_PRECISIONS``); ``channels_last``: make the input channel-innermost first."""
-    y, epilogue, (s, p, d), (x5, w5, y5) = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
+    multiplied (``kernels.gemm.tiles.GEMM_PRECISIONS``); ``channels_last``: make the input channel-innermost first."""
+    y, epilogue, (s, p, d), (x5, w5, y5), f32x3 = conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision)
     if channels_last and x5.stride(1) != 1:
         x5 = x5.movedim(1, -1).contiguous().movedim(-1, 1)
     kernel = tuple(w5.shape[2:])
@@ -201,7 +199,6 @@ def conv_taps(
         w_taps = w5.permute(0, 2, 3, 4, 1).contiguous()
         rows, step_in, step_out = tuple(y5.shape[2:]), s, (1, 1, 1)
     table, phase, max_taps, phases = _tap_tensors(kernel, s, p, d, bool(transposed), x.device)
-    f32x3 = precision == "tf32x3" and x.dtype == torch.float32
     args = [
         x5, w_taps, y5, bias if bias is not None else y5, *(epilogue.pop(f"q{k}") for k in range(4)), table, phase,
         x.shape[0], c_in_g, *x5.shape[2:], c_out_g, *y5.shape[2:], *rows, taps, max_taps, phases,

@@ -67,7 +67,7 @@ def patterns():
         tag = str(dtype).replace("torch.", "")
         yield f"linear 4096^3 {tag}", lambda x=x, w=w: x @ w.t(), lambda x=x, w=w: gemm(x, w.t()), tol
         yield f"linear 4096^3 + bias + gelu {tag}", (lambda x=x, w=w, b=b: F.gelu(F.linear(x, w, b))), (lambda x=x, w=w, post=post: gemm(x, w.t(), post)), tol
-    # gemm_fp32x3: float32 as three TF32 products (kernels/gemm/matmul.py: GEMM_PRECISIONS).
+    # gemm_fp32x3: float32 as three TF32 products (kernels/gemm/tiles.py: GEMM_PRECISIONS).
     x, w, b = torch.rand(1024, 8192, device=dev), torch.rand(8192, 8192, device=dev) - 0.5, torch.rand(8192, device=dev)
     post = ([b], *gemm_chain(("add", ("operand", 0)), "gelu"))
     yield "tf32x3 linear 1024x8192x8192 + bias + gelu float32", (lambda: F.gelu(F.linear(x, w, b))), (lambda: gemm(x, w.t(), post, precision="tf32x3")), (1e-4, 1e-4)

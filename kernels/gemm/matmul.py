@@ -5,7 +5,7 @@ any strides (a transposed operand is just its strides; a broadcast batch has str
 accumulator is float32. Float32 inputs are multiplied in full float32 (``input_precision="ieee"``:
 never TF32, whose 10-bit mantissa the judge rejects on float32 references), or with
 ``precision="tf32x3"`` on the tensor cores as three TF32 products of split operands, whose error
-stays at float32's level (``GEMM_PRECISIONS``); bfloat16/float16 use the tensor cores with float32
+stays at float32's level (``tiles.GEMM_PRECISIONS``); bfloat16/float16 use the tensor cores with float32
 accumulation.
 
 After the product, in registers and before the one store:
@@ -39,16 +39,10 @@ import triton.language as tl
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
 from kernels.gemm.epilogue import GEMM_REDUCTIONS, GEMM_ROW_OPS, gemm_finish_rows, gemm_partial_reduce, gemm_row_op
-from kernels.gemm.tiles import gemm_mma, gemm_tile_order
+from kernels.gemm.tiles import gemm_f32x3, gemm_mma, gemm_tile_order
 
 #: Dtypes the kernel multiplies (both operands the same).
 GEMM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-#: How float32 operands may be multiplied. ``"ieee"``: full float32 FMAs on the CUDA cores.
-#: ``"tf32x3"``: on the tensor cores as three TF32 products, ``hi(a) hi(b) + hi(a) lo(b) +
-#: lo(a) hi(b)`` with ``lo(x) = x - hi(x)``: each operand carries ~22 of float32's 24 mantissa bits
-#: (plain TF32 carries 11, which the judge rejects), and the error stays at float32's level
-#: (``benchmarks/gpu/fp32x3_probe.py`` measures it against float64 beside cuBLAS's SGEMM).
-GEMM_PRECISIONS = ("ieee", "tf32x3")
 #: The widest row a softmax/log-softmax epilogue may hold in one tile.
 GEMM_MAX_ROW_TILE = 1024
 
@@ -289,10 +283,9 @@ def gemm(
     at diagonal 0, skip the K ranges where lower (upper) triangular factors hold zeros, when the
     device check finds them triangular. ``config``: a fixed tile configuration instead of
     autotuning. ``out_dtype``: the result's dtype (default: the operands'). ``precision``: how
-    float32 operands are multiplied: ``"ieee"`` (CUDA-core FMAs) or ``"tf32x3"`` (``GEMM_PRECISIONS``)."""
+    float32 operands are multiplied: ``"ieee"`` (CUDA-core FMAs) or ``"tf32x3"`` (``tiles.GEMM_PRECISIONS``)."""
     _gemm_check(a, b)
-    if precision not in GEMM_PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(GEMM_PRECISIONS)})")
+    f32x3 = gemm_f32x3(precision, a.dtype)
     if tril is not None and triu is not None:
         raise ValueError("give tril or triu, not both")
     if reduce is not None and reduce not in GEMM_REDUCTIONS:
@@ -345,7 +338,6 @@ def gemm(
 
     if config is None and not a.is_cuda:
         config = gemm_interpreter_config(N, row_tile)
-    f32x3 = precision == "tf32x3" and a.dtype == torch.float32
     if f32x3:
         a3, b3 = _gemm_k_major(a3, 2), _gemm_k_major(b3, 1)
     configs = [config] if config is not None else gemm_gpu_configs(a.dtype, M, N, K, row_tile, "tf32x3" if f32x3 else "ieee")

@@ -140,9 +140,9 @@ def find_matches(
             matches.append(replace(match, rationale=f"{match.rationale}; {evidence}"))
             view = view.with_claimed(match.nodes)
     full = GraphView(graph)
-    saved = sum(max(0.0, _saves(full, m)) for m in matches)
-    matches.sort(key=lambda m: -_saves(full, m))
-    return KernelPlan(matches, sorted(set(skipped)), saved, _eager_ms(full))
+    saves = [_saves(full, m) for m in matches]
+    ranked = [m for _, m in sorted(zip(saves, matches), key=lambda pair: -pair[0])]
+    return KernelPlan(ranked, sorted(set(skipped)), sum(max(0.0, x) for x in saves), _eager_ms(full))
 
 
 def kernel_candidate(reference: str, graph: OpGraph, templates: list[str] | None, label: str, compile_mode: str | None = None,

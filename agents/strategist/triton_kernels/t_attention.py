@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from kernels.elementwise.opcodes import EW_OPS, EW_SCALAR
 from kloom.opgraph import decode_float
 
 from .t_common import cost, float_tensor, unused
@@ -25,9 +26,8 @@ from .templates import GraphView, Match, RegionCost, register
 ATTENTION_OPS = ("aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")
 #: The most the materialised scores may take (bytes): beyond it the memory-efficient kernel stays.
 MAX_SCORES_BYTES = 4 << 30
-#: The elementwise program ``x * scalar 0`` (``kernels/elementwise/opcodes.py``: mul is 62, the
-#: first scalar reference is 8).
-_SCALE = (62, 0, 0, 8)
+#: The elementwise program ``x * scalar 0``.
+_SCALE = (EW_OPS["mul"].code, 0, 0, EW_SCALAR)
 
 
 class AttentionFp32x3:

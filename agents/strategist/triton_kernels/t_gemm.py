@@ -18,7 +18,7 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
   is hard to beat, so these are offered only where ``benchmarks/gpu/gemm_conv.py`` measured a win
   (``offered_unmeasured = False``);
 - ``gemm_fp32x3``: a float32 product on the tensor cores as three TF32 products (``hi*hi + hi*lo
-  + lo*hi``, ``kernels.gemm.matmul.GEMM_PRECISIONS``), whose error against float64 is at or below
+  + lo*hi``, ``kernels.gemm.tiles.GEMM_PRECISIONS``), whose error against float64 is at or below
   cuBLAS's SGEMM (``benchmarks/gpu/fp32x3_probe.py``), not TF32's: the judge's float32 bound holds
   and no precision flag changes. Offered once ``kernels/gemm/bench_gemm.py`` measured it winning;
 - ``conv_fp32x3``, ``conv_transposed_fp32x3``: a float32 convolution, plain or transposed (at least
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS
 from kloom.opgraph import decode_float
 
 from .chains import Chain, follow
@@ -57,8 +58,8 @@ FP32_HOW = {
 #: ``gemm_fp32x3`` region: 1.51-1.89x on the H100 on KernelBench's product shapes
 #: (``results/gpu/h100-session31/call2/probe``), the lower end of that taken.
 FP32X3_SPEEDUP = 1.5
-#: The first step of an ``addmm``'s chain: ``x + bias`` with the bias as operand 0 (opcodes.py).
-_ADD_BIAS = (60, 0, 0, 4)
+#: The first step of an ``addmm``'s chain: ``x + bias`` with the bias as operand 0.
+_ADD_BIAS = (EW_OPS["add"].code, 0, 0, EW_OPERAND)
 
 
 def _ints(value) -> list | None:
