@@ -37,12 +37,12 @@ def _timed_blocks(monkeypatch, slow_first_candidate_ms: float = 0.0) -> list[str
 
 def test_short_calls_are_timed_in_two_rounds(monkeypatch):
     sides = _timed_blocks(monkeypatch)
-    checks: list[bool] = []  # the clock check over the first rounds, where there were fewer than all
+    checks: list[tuple[bool, int]] = []  # each clock check's verdict and the rounds it covered
     check = interleaved.Timing._check
 
     def recording(self, blocks, per_block):
         got = check(self, blocks, per_block)
-        checks.append(got.ok)
+        checks.append((got.ok, got.blocks))
         return got
 
     monkeypatch.setattr(interleaved.Timing, "_check", recording)
@@ -50,13 +50,17 @@ def test_short_calls_are_timed_in_two_rounds(monkeypatch):
         result = ev.evaluate(WORKLOAD, CANDIDATE, world_size=1)
     assert result.correct, result.summary()
     # Two rounds on a quiet machine (the calls here take ~0.2 ms); a loaded one makes each call
-    # slower and may give it four. The orders alternate. Every round only where the clock check
-    # failed over the first ones (a loaded machine can stall a block).
+    # slower and may give it four, or every round where its calls fill a block each. The orders
+    # alternate. Every round also where the clock check failed over the first ones (a loaded
+    # machine can stall a block).
     rounds = result.timing.clock_check.blocks
     assert len(sides) == 2 * rounds and sides[:4] == ["reference", "candidate", "candidate", "reference"]
-    assert checks, "fewer rounds than timing_rounds were not checked before the verdict"
-    if checks[0]:
-        assert 2 <= rounds < SETTINGS.timing_rounds and rounds % 2 == 0
+    assert checks, "the clock was not checked before the verdict"
+    first_ok, first_rounds = checks[0]
+    if first_rounds == SETTINGS.timing_rounds:  # the sizing cut nothing: one check over every round
+        assert rounds == SETTINGS.timing_rounds and len(checks) == 1
+    elif first_ok:
+        assert 2 <= rounds == first_rounds < SETTINGS.timing_rounds and rounds % 2 == 0
     else:
         assert rounds == SETTINGS.timing_rounds
 
