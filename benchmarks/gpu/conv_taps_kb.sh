@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The tap-outer convolutions measured, their verdicts written, and KernelBench's convolution problems
+# run through kloom with those verdicts, in one device call (issue 22): bench_conv's float32
+# three-way-product patterns (kernels/conv/bench_conv.py, each beside cuDNN, its autotuner and
+# inductor), then kernels/verdict.py writes conv_fp32x3's and conv_transposed_fp32x3's verdicts
+# into this copy's kernels/wins.json (the input as it comes, NCHW, which the templates use), then
+# kernelbench_subset.sh re-measures the problems named in KB_IF_WON when a kind won, else those in
+# KB_ELSE, with what is left of the call.
+#
+#   KB_IF_WON="level2/65_ level2/1_" KB_ELSE="level2/81_" bash benchmarks/gpu/conv_taps_kb.sh [resume folder]
+#
+# Carry .whl, .gpu and the resume folder. Writes under $OUT: conv/ (bench_conv.json, .md),
+# verdicts.log, wins.json (this copy's, to commit where a kind won), channels_last.json (the same
+# verdicts over the channels-last rows, for the templates' choice of layout), and kernelbench.sh's
+# files. CONV_BUDGET_S (default 200) bounds the patterns started.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. benchmarks/gpu/env.sh
+RESUME="${1:-kb-resume}"
+LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
+mkdir -p "$OUT/conv"
+timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "taps tf32x3" \
+  --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1
+echo "conv: exit $?"; cat "$OUT/conv/bench_conv.md" 2>/dev/null
+ROWS="$OUT/conv/bench_conv.json"
+CMD="python kernels/conv/bench_conv.py --patterns 'taps tf32x3' (benchmarks/gpu/conv_taps_kb.sh)"
+won=0
+for spec in "conv_fp32x3:taps tf32x3 conv2d:taps tf32x3 conv3d" "conv_transposed_fp32x3:taps tf32x3 conv_transpose"; do
+  IFS=: read -r kind m1 m2 <<< "$spec"
+  matches=("$m1"); [ -n "${m2:-}" ] && matches+=("$m2")
+  python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --exclude channels-last --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
+  python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --wins-file "$OUT/channels_last.json" \
+    --require channels-last --command "$CMD" > /dev/null 2>&1
+done
+cat "$OUT/verdicts.log"; cp kernels/wins.json "$OUT/wins.json"
+if [ "$won" = 1 ]; then PROBLEMS="${KB_IF_WON:-}"; else PROBLEMS="${KB_ELSE:-}"; fi
+LEFT=$((LIMIT_S - SECONDS))
+echo "after ${SECONDS} s: a kind won: $won; re-measuring: ${PROBLEMS:-nothing} in ${LEFT} s"
+if [ -n "$PROBLEMS" ] && [ "$LEFT" -gt 150 ]; then
+  # shellcheck disable=SC2086  # the problems are words
+  KLOOM_CALL_LIMIT_S="$LEFT" bash benchmarks/gpu/kernelbench_subset.sh "$RESUME" 3 $PROBLEMS 2>&1 | tail -30
+fi
