@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agents.strategist.triton_kernels.plan import measured_kinds
-from kernels.verdict import NoVerdict, main, select, verdict
+from kernels.verdict import NoVerdict, layout_verdict, main, select, verdict
 
 
 def row(pattern, kloom, eager=2.0, default=2.0, cudnn=2.0, error=0.1):
@@ -49,3 +49,16 @@ def test_selection_and_the_wins_file(tmp_path):
     kinds = measured_kinds(wins)
     assert kinds["conv_fp32x3"].wins and not kinds["conv_transposed_fp32x3"].wins and not kinds["other"].wins
     assert "none" not in kinds and kinds["conv_fp32x3"].measured_on == "H100"
+
+
+def test_the_better_layout_is_chosen_and_said():
+    rows = [row("c x", 1.5), row("c y", 1.5), row("c x channels-last", 1.0), row("c y channels-last", 1.0)]
+    v = layout_verdict(rows, "gpu", "cmd")
+    assert v.wins and v.channels_last is True and v.cases == 2 and v.entry()["channels_last"] is True
+    slower = [row("c x", 1.0), row("c x channels-last", 1.5)]
+    assert layout_verdict(slower, "gpu", "cmd").channels_last is False
+    one = [row("c x", 1.0), {"pattern": "c x channels-last", "error": "TimeoutError: not started"}]
+    assert layout_verdict(one, "gpu", "cmd").channels_last is False  # the layout measured decides alone
+    with pytest.raises(NoVerdict, match="as it comes: no row matches; channels-last: not measured"):
+        layout_verdict(one[1:], "gpu", "cmd")
+    assert "channels_last" not in verdict(rows[:2], "gpu", "cmd").entry()

@@ -2,14 +2,17 @@
 ``bench_conv.py``): the kinds that do the vendor libraries' work differently are offered only once
 a verdict says they won, and this writes that verdict from what the benchmark measured, nothing else.
 
-    python -m kernels.verdict ROWS.json --kind conv_fp32x3 --match "taps tf32x3 conv2d" \
-        --exclude channels-last [--require WORD ...] [--wins-file kernels/wins.json] [--measured-on NAME] [--command TEXT]
+    python -m kernels.verdict ROWS.json --kind conv_fp32x3 --match "taps tf32x3 conv2d" [--layouts] \
+        [--exclude WORD ...] [--require WORD ...] [--wins-file kernels/wins.json] [--measured-on NAME] [--command TEXT]
 
 The rows whose pattern contains one of ``--match`` (and none of ``--exclude``) are the kind's
 cases. The kind wins when kloom's kernel is correct on every case (error within the tolerance)
 and the geometric mean of its speed is above 1 against eager, against inductor
 (compile default) and, where the rows have it, against cuDNN's autotuner. A case that errored or
-was not run makes no verdict: the kind stays as it was.
+was not run makes no verdict: the kind stays as it was. ``--layouts``: the cases were measured with the
+input as it comes and made channels-last first (``bench_conv.py``'s patterns ending in
+"channels-last"); the verdict is the better layout's, and says which (``channels_last``: the
+convolution templates then make the input channels-last before the kernel).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 
@@ -26,6 +29,8 @@ WINS_FILE = Path(__file__).resolve().parent / "wins.json"
 
 #: Columns a row may hold, each a way the work runs without kloom's kernel: the kernel must beat all.
 RIVALS = (("eager_ms", "vs_eager"), ("default_ms", "vs_inductor"), ("cudnn_benchmark_ms", "vs_cudnn_benchmark"))
+#: The suffix of a pattern whose input was made channels-last first (kernels/conv/bench_conv.py).
+CHANNELS_LAST = "channels-last"
 
 
 class NoVerdict(ValueError):
@@ -42,6 +47,7 @@ class Verdict:
     measured_on: str
     command: str
     vs_cudnn_benchmark: float | None = None
+    channels_last: bool | None = None  # with --layouts: which layout the verdict is of
 
     def entry(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items() if v is not None}
@@ -83,6 +89,21 @@ def verdict(rows: list[dict], measured_on: str, command: str) -> Verdict:
     )
 
 
+def layout_verdict(rows: list[dict], measured_on: str, command: str) -> Verdict:
+    """The verdict of the layout that did better: a winning one over a losing one, then the faster
+    against eager. Each layout's cases decide alone; one that cannot decide leaves the other."""
+    found, why = [], []
+    for channels_last in (False, True):
+        cases = [r for r in rows if (CHANNELS_LAST in r["pattern"]) == channels_last]
+        try:
+            found.append(replace(verdict(cases, measured_on, command), channels_last=channels_last))
+        except NoVerdict as exc:
+            why.append(f"{CHANNELS_LAST if channels_last else 'as it comes'}: {exc}")
+    if not found:
+        raise NoVerdict("; ".join(why))
+    return max(found, key=lambda v: (v.wins, v.vs_eager))
+
+
 def record(kind: str, v: Verdict, wins_file: Path = WINS_FILE) -> None:
     """Write the kind's verdict into the wins file, the other kinds as they were."""
     data = json.loads(wins_file.read_text()) if wins_file.is_file() else {"measured_on": "each kind says where it was measured", "command": "per kind", "kinds": {}}
@@ -105,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--match", nargs="+", required=True, help="pattern substrings that make the kind's cases")
     parser.add_argument("--exclude", nargs="*", default=[], help="pattern substrings left out")
     parser.add_argument("--require", nargs="*", default=[], help="pattern substrings every case holds")
+    parser.add_argument("--layouts", action="store_true", help="choose between the input as it comes and channels-last")
     parser.add_argument("--wins-file", type=Path, default=WINS_FILE)
     parser.add_argument("--measured-on", default=None, help="the machine (default: this one's GPU)")
     parser.add_argument("--command", default=None, help="the benchmark's command line, kept with the verdict")
@@ -112,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = select(json.loads(args.rows.read_text()), args.match, args.exclude, args.require)
     command = args.command or f"the rows of {args.rows.name}"
     try:
-        v = verdict(rows, args.measured_on or _device_name(), command)
+        v = (layout_verdict if args.layouts else verdict)(rows, args.measured_on or _device_name(), command)
     except NoVerdict as exc:
         print(f"{args.kind}: no verdict ({exc}); {args.wins_file.name} unchanged", file=sys.stderr)
         return 2

@@ -3,16 +3,15 @@
 # run through kloom with those verdicts, in one device call (issue 22): bench_conv's float32
 # three-way-product patterns (kernels/conv/bench_conv.py, each beside cuDNN, its autotuner and
 # inductor), then kernels/verdict.py writes conv_fp32x3's and conv_transposed_fp32x3's verdicts
-# into this copy's kernels/wins.json (the input as it comes, NCHW, which the templates use), then
+# into this copy's kernels/wins.json (of the layout that did better: the input as it comes or made
+# channels-last first, which the templates then use), then
 # kernelbench_subset.sh re-measures the problems named in KB_IF_WON when a kind won, else those in
 # KB_ELSE, with what is left of the call.
 #
 #   KB_IF_WON="level2/65_ level2/1_" KB_ELSE="level2/81_" bash benchmarks/gpu/conv_taps_kb.sh [resume folder]
 #
 # Carry .whl, .gpu and the resume folder. Writes under $OUT: conv/ (bench_conv.json, .md),
-# verdicts.log, wins.json (this copy's, to commit where a kind won), channels_last.json (the same
-# verdicts over the channels-last rows, for the templates' choice of layout), and kernelbench.sh's
-# files. CONV_BUDGET_S (default 200) bounds the patterns started.
+# verdicts.log, wins.json (this copy's, to commit where a kind won), and kernelbench.sh's files. CONV_BUDGET_S (default 200) bounds the patterns started.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . benchmarks/gpu/env.sh
@@ -28,9 +27,7 @@ won=0
 for spec in "conv_fp32x3:taps tf32x3 conv2d:taps tf32x3 conv3d" "conv_transposed_fp32x3:taps tf32x3 conv_transpose"; do
   IFS=: read -r kind m1 m2 <<< "$spec"
   matches=("$m1"); [ -n "${m2:-}" ] && matches+=("$m2")
-  python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --exclude channels-last --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
-  python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --wins-file "$OUT/channels_last.json" \
-    --require channels-last --command "$CMD" > /dev/null 2>&1
+  python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --layouts --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 done
 cat "$OUT/verdicts.log"; cp kernels/wins.json "$OUT/wins.json"
 if [ "$won" = 1 ]; then PROBLEMS="${KB_IF_WON:-}"; else PROBLEMS="${KB_ELSE:-}"; fi

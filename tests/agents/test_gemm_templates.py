@@ -203,6 +203,14 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
     assert "conv_taps(" in source and 'precision="tf32x3"' in source and "def conv_taps_kernel" in source
     got = run_candidate(source.replace("class Model(", "class _Reference("), model, [x])
     torch.testing.assert_close(got, model(x), atol=2e-5, rtol=2e-5)
+    assert "channels_last=True)" not in source
+    # A verdict measured with the input made channels-last first is offered that way.
+    last = dict(won, conv_fp32x3=Measured("conv_fp32x3", 1.8, True, 1.9, "H100", channels_last=True))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(last))
+    source = kernel_candidate(reference_source(ConvChain), graph, ["conv_fp32x3_epilogue"], "test")
+    assert 'precision="tf32x3", channels_last=True)' in source
+    torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), model, [x]), model(x), atol=2e-5, rtol=2e-5)
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
     # A transposed convolution is the other tap-outer kind, with its stride, padding and output padding.
     up = torch.nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1, output_padding=1)
     up_graph = graph_of(up, [x])

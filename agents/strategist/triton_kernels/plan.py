@@ -39,6 +39,7 @@ class Measured:
     wins: bool
     vs_eager: float | None = None  # the same over eager PyTorch (cuBLAS/cuDNN), where measured
     measured_on: str = ""  # the device (and date) of the measurement
+    channels_last: bool = False  # measured (and offered) with the input made channels-last first
 
     def evidence(self) -> str:
         """What the measurement says, with its numbers, for a rationale."""
@@ -57,7 +58,7 @@ def measured_kinds(path: Path | None = None) -> dict[str, Measured]:
     for kind, v in data.get("kinds", {}).items():
         eager = v.get("vs_eager")
         where = v.get("measured_on") or data.get("measured_on", "")
-        found[kind] = Measured(kind, float(v["vs_inductor"]), bool(v["wins"]), float(eager) if eager else None, where)
+        found[kind] = Measured(kind, float(v["vs_inductor"]), bool(v["wins"]), float(eager) if eager else None, where, bool(v.get("channels_last")))
     return found
 
 

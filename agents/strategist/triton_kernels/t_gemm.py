@@ -210,6 +210,15 @@ class GemmEpilogue(_KindTemplate):
         return f"{what} with {done} applied in registers before its one store (no pass over the product per op)"
 
 
+def _measured_channels_last(kind: str) -> bool:
+    """Whether the GPU benchmark's verdict on a tap-outer kind is of the input made channels-last
+    first (``kernels/verdict.py --layouts``)."""
+    from . import plan  # the verdicts' reader (plan imports this module)
+
+    verdict = plan.measured_kinds().get(kind)
+    return bool(verdict and verdict.channels_last)
+
+
 class ConvEpilogue(_KindTemplate):
     """Claims ``convolution`` nodes with the elementwise chain after them."""
 
@@ -249,13 +258,16 @@ class ConvEpilogue(_KindTemplate):
         bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
         shape = list(view.tensor(x).shape)
         if taps:
+            last = _measured_channels_last(kind)
             module, how = TAPS_MODULE, (
                 f"{'transposed ' if transposed else ''}convolution {shape} float32 as an implicit GEMM walking the filter's taps"
                 f"{' (split by output phase: only the taps that reach each)' if transposed else ''}, on the tensor cores as three "
                 f"TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+                + (", the input made channels-last first (the layout the GPU benchmark measured faster)" if last else "")
             )
+            layout = ", channels_last=True" if last else ""
             call = lambda names: (f"conv_taps({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
-                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")")
+                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\"{layout})")
         else:
             module, how = CONV_MODULE, f"{'transposed ' if transposed else ''}convolution {shape} {dtype} as an implicit GEMM with its bias"
             call = lambda names: (f"conv_forward({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
