@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 
+import torch
+import triton
+
 WINS_FILE = Path(__file__).resolve().parent / "wins.json"
 
 #: Columns a row may hold, each a way the work runs without kloom's kernel: the kernel must beat all.
@@ -112,11 +115,9 @@ def record(kind: str, v: Verdict, wins_file: Path = WINS_FILE) -> None:
 
 
 def _device_name() -> str:
-    import torch
-
     if not torch.cuda.is_available():
         raise SystemExit("--measured-on is needed where no GPU is present")
-    return f"{torch.cuda.get_device_name()} (torch {torch.__version__}, triton {__import__('triton').__version__}), {date.today()}"
+    return f"{torch.cuda.get_device_name()} (torch {torch.__version__}, triton {triton.__version__}), {date.today()}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,7 +213,7 @@ class GemmEpilogue(_KindTemplate):
 def _measured_channels_last(kind: str) -> bool:
     """Whether the GPU benchmark's verdict on a tap-outer kind is of the input made channels-last
     first (``kernels/verdict.py --layouts``)."""
-    from . import plan  # the verdicts' reader (plan imports this module)
+    from . import plan  # lazy: plan reads the verdicts and imports this module (a cycle at import time)
 
     verdict = plan.measured_kinds().get(kind)
     return bool(verdict and verdict.channels_last)
