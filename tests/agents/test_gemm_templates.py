@@ -63,9 +63,9 @@ class TriangularProduct(torch.nn.Module):
 
 
 class ConvChain(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, channels: int = 4):
         super().__init__()
-        self.conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+        self.conv = torch.nn.Conv2d(channels, 6, 3, padding=1)
         self.bias = torch.nn.Parameter(torch.randn(6, 1, 1))
 
     def forward(self, x):
@@ -191,7 +191,7 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
     """``conv_fp32x3`` claims float32 convolutions before ``conv_fp32`` when it won, calls the
     tap-outer kernel with ``precision="tf32x3"``, computes the reference's result, and leaves
     convolutions with too few channels a group (depthwise) alone."""
-    model, x = ConvChain(), torch.randn(2, 4, 9, 9)
+    model, x = ConvChain(16), torch.randn(2, 16, 7, 7)
     graph = graph_of(model, [x])
     won = dict(WON, conv_fp32x3=Measured("conv_fp32x3", 1.8, True, 1.9, "H100"))
     monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
@@ -212,7 +212,7 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
     torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), model, [x]), model(x), atol=2e-5, rtol=2e-5)
     monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
     # A transposed convolution is the other tap-outer kind, with its stride, padding and output padding.
-    up = torch.nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1, output_padding=1)
+    up = torch.nn.ConvTranspose2d(16, 6, 4, stride=2, padding=1, output_padding=1)
     up_graph = graph_of(up, [x])
     won_t = dict(won, conv_transposed_fp32x3=Measured("conv_transposed_fp32x3", 1.5, True))
     monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won_t))
@@ -221,23 +221,26 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
     source = kernel_candidate("import torch\n\nclass Model(torch.nn.ConvTranspose2d):\n    pass\n", up_graph, ["conv_transposed_fp32x3_epilogue"], "test")
     assert "True, [1, 1], 1" in source
     torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), up, [x]), up(x), atol=2e-5, rtol=2e-5)
-    depthwise = torch.nn.Conv2d(4, 4, 3, groups=4)
-    dw_graph = graph_of(depthwise, [x])
-    assert not any(m.kind == "conv_fp32x3" for m in find_matches(dw_graph, wins=won).matches)
+    # Too few input channels a group (a depthwise convolution, or 8 channels, which measured slower
+    # than cuDNN) are left to the others.
+    for few in (torch.nn.Conv2d(16, 16, 3, groups=16), torch.nn.Conv2d(16, 32, 3, groups=2)):
+        assert not any(m.kind == "conv_fp32x3" for m in find_matches(graph_of(few, [x]), wins=won).matches)
 
 
 def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
-    """``kernels/wins.json``: the triangular GEMM and the float32 product as three TF32 products
-    measured wins on the H100; float32 on CUDA cores, bfloat16 products and the convolutions lost
-    to cuBLAS/cuDNN (or were not measured) and stay off."""
+    """``kernels/wins.json``: the triangular GEMM and the float32 products and convolutions as three
+    TF32 products measured wins on the H100; float32 on CUDA cores, bfloat16 products and the
+    full-precision convolutions lost to cuBLAS/cuDNN (or were not measured) and stay off."""
     wins = measured_kinds(WINS_FILE)
-    for kind in ("gemm_triangular", "gemm_fp32x3"):
+    for kind in ("gemm_triangular", "gemm_fp32x3", "conv_fp32x3", "conv_transposed_fp32x3"):
         assert wins[kind].wins and wins[kind].vs_inductor > 1 and "H100" in wins[kind].measured_on
     assert not any(wins[k].wins for k in WON if k in wins)
     linear = graph_of(LinearChain(), [torch.randn(33, 24)])
     assert {m.kind for m in find_matches(linear, wins=wins).matches if m.kind.startswith("gemm")} == {"gemm_fp32x3"}
-    conv = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])
-    assert not any(m.kind.startswith("conv") for m in find_matches(conv, wins=wins).matches)
+    conv = graph_of(ConvChain(16), [torch.randn(2, 16, 9, 9)])
+    assert {m.kind for m in find_matches(conv, wins=wins).matches if m.kind.startswith("conv")} == {"conv_fp32x3"}
+    few = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])  # four channels: cuDNN's
+    assert not any(m.kind.startswith("conv") for m in find_matches(few, wins=wins).matches)
 
 
 WORKLOAD = '''import torch
