@@ -10,8 +10,9 @@
 #
 #   KB_IF_WON="level2/65_ level2/1_" KB_ELSE="level2/81_" bash benchmarks/gpu/conv_taps_kb.sh [resume folder]
 #
-# Carry .whl, .gpu and the resume folder. Writes under $OUT: conv/ (bench_conv.json, .md),
-# verdicts.log, wins.json (this copy's, to commit where a kind won), and kernelbench.sh's files. CONV_BUDGET_S (default 200) bounds the patterns started.
+# Carry .whl, .gpu and the resume folder. Writes under $OUT: conv.tgz (conv/bench_conv.json and .md,
+# conv.log, verdicts.log), wins.json (this copy's, to commit where a kind won), and kernelbench.sh's
+# files. CONV_BUDGET_S (default 200) bounds the patterns started.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . benchmarks/gpu/env.sh
@@ -30,6 +31,8 @@ for spec in "conv_fp32x3:taps tf32x3 conv2d:taps tf32x3 conv3d" "conv_transposed
   python3 -m kernels.verdict "$ROWS" --kind "$kind" --match "${matches[@]}" --layouts --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 done
 cat "$OUT/verdicts.log"; cp kernels/wins.json "$OUT/wins.json"
+# A call brings back 8 files at most: the convolution part travels as one archive.
+tar czf "$OUT/conv.tgz" -C "$OUT" conv conv.log verdicts.log && rm -rf "$OUT/conv" "$OUT/conv.log" "$OUT/verdicts.log"
 if [ "$won" = 1 ]; then PROBLEMS="${KB_IF_WON:-}"; else PROBLEMS="${KB_ELSE:-}"; fi
 LEFT=$((LIMIT_S - SECONDS))
 echo "after ${SECONDS} s: a kind won: $won; re-measuring: ${PROBLEMS:-nothing} in ${LEFT} s"

@@ -103,7 +103,10 @@ def main() -> int:
     rows = read_rows([*args.resume, partial])
     suite = args.out / "suite"
     imported, rejected = [], []
-    for level in (int(x) for x in args.levels.split(",") if x.strip()):
+    from kloom.importers.kernelbench import find_levels
+
+    present = find_levels(args.kernelbench)  # a subset (kernelbench_subset.sh) may hold one level
+    for level in (int(x) for x in args.levels.split(",") if x.strip() and int(x) in present):
         report = import_kernelbench(args.kernelbench, level=level, out_dir=suite / f"level{level}")
         imported += [{"name": w.name, "path": w.path, "notes": w.notes} for w in report.imported]
         rejected += [{"origin": r.origin, "reason": r.reason, "level": level} for r in report.rejected]
