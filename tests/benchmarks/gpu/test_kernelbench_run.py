@@ -141,3 +141,14 @@ def test_a_rows_pool_processes_are_the_most_the_evaluators_processes_held_togeth
     # On the CPU, or where NVML gives no per-process memory: nothing, not a zero.
     assert problem.pool_processes(SimpleNamespace(steps=[step({}), SimpleNamespace(evaluation=None)])) is None
     assert problem.pool_processes(SimpleNamespace(steps=[SimpleNamespace(evaluation=SimpleNamespace(environment={"nvml": {"status": "unavailable"}}))])) is None
+
+
+def test_a_checkout_of_one_level_runs_it_alone(tmp_path):
+    """kernelbench_subset.sh's folder may hold level 2 only: the levels asked for that it lacks are
+    skipped, not an importer error (a device call lost its whole budget so once)."""
+    kb = tmp_path / "KernelBench" / "level2"
+    kb.mkdir(parents=True)
+    (kb / "1_Linear_relu.py").write_text(PROBLEM.format(op=""))
+    out = _run("benchmarks/gpu/kernelbench_run.py", "--kernelbench", str(tmp_path), "--device", "cpu", "--out", str(tmp_path / "o"), "--budget-s", "20", timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 imported, 0 not imported" in out.stdout and "0/1 problems settled" in out.stdout
