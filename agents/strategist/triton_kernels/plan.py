@@ -120,7 +120,7 @@ def find_matches(
     benchmark that measures them, the LLM coder's library). Each match's rationale ends with
     what is known of its kind on the GPU."""
     wins = measured_kinds() if wins is None else wins
-    view = GraphView(graph)
+    view = GraphView(graph, verdicts=wins)
     matches: list[Match] = []
     skipped: list[str] = []
     for template in ordered(templates):

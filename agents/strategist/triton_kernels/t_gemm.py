@@ -211,15 +211,6 @@ class GemmEpilogue(_KindTemplate):
         return f"{what} with {done} applied in registers before its one store (no pass over the product per op)"
 
 
-def _measured_channels_last(kind: str) -> bool:
-    """Whether the GPU benchmark's verdict on a tap-outer kind is of the input made channels-last
-    first (``kernels/verdict.py --layouts``)."""
-    from . import plan  # lazy: plan reads the verdicts and imports this module (a cycle at import time)
-
-    verdict = plan.measured_kinds().get(kind)
-    return bool(verdict and verdict.channels_last)
-
-
 class ConvEpilogue(_KindTemplate):
     """Claims ``convolution`` nodes with the elementwise chain after them."""
 
@@ -259,7 +250,9 @@ class ConvEpilogue(_KindTemplate):
         bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
         shape = list(view.tensor(x).shape)
         if taps:
-            last = _measured_channels_last(kind)
+            # The layout the GPU benchmark's verdict was measured in (``kernels/verdict.py --layouts``).
+            verdict = view.verdicts.get(kind)
+            last = bool(verdict and verdict.channels_last)
             module, how = TAPS_MODULE, (
                 f"{'transposed ' if transposed else ''}convolution {shape} float32 as an implicit GEMM walking the filter's taps"
                 f"{' (split by output phase: only the taps that reach each)' if transposed else ''}, on the tensor cores as three "

@@ -37,9 +37,12 @@ plan side, and checked again by the kernel's launcher at run time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from kloom.opgraph import DTYPE_BYTES, OpGraph, OpNode, TensorInfo
+
+if TYPE_CHECKING:
+    from .plan import Measured
 
 
 class Namer(Protocol):
@@ -98,11 +101,14 @@ class Template(Protocol):
 
 
 class GraphView:
-    """The graph with the maps templates need, and the nodes earlier matches claimed."""
+    """The graph with the maps templates need, the nodes earlier matches claimed, and the GPU
+    benchmark's verdicts the matching runs under (a template whose statement follows its verdict,
+    such as a convolution's input layout, reads them here)."""
 
-    def __init__(self, graph: OpGraph, claimed: frozenset[int] = frozenset()):
+    def __init__(self, graph: OpGraph, claimed: frozenset[int] = frozenset(), verdicts: dict[str, Measured] | None = None):
         self.graph = graph
         self.claimed = claimed
+        self.verdicts = verdicts or {}
         self.producer = graph.producer()
         self.consumers = graph.consumers()
         self.returned = graph.output_ids()
