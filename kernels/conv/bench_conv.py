@@ -26,6 +26,7 @@ from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
+from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict's --layouts reads)
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
@@ -58,7 +59,7 @@ def patterns():
         b = torch.rand(c_out, device=dev) if extra else None
         conv = F.conv2d if len(shape) == 4 else F.conv3d
         for cl in (False, True):
-            yield (f"taps tf32x3 {label}{' channels-last' if cl else ''}", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
+            yield (f"taps tf32x3 {label}{' ' + CHANNELS_LAST if cl else ''}", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
                    lambda x=x, w=w, b=b, cl=cl: conv_taps(x, w, b, precision="tf32x3", channels_last=cl), (1e-4, 1e-4))
     # Transposed: stride 1 (one phase), and the strided upsampling classes (a phase per output
     # position modulo the stride, each with the taps that reach it).
@@ -71,7 +72,7 @@ def patterns():
         w = (torch.rand(shape[1], c_out, *k, device=dev) - 0.5) / (shape[1] * len(k) ** 2) ** 0.5
         conv_t = F.conv_transpose2d if len(shape) == 4 else F.conv_transpose3d
         for cl in (False, True):
-            yield (f"taps tf32x3 {label}{' channels-last' if cl else ''}",
+            yield (f"taps tf32x3 {label}{' ' + CHANNELS_LAST if cl else ''}",
                    lambda x=x, w=w, conv_t=conv_t, st=stride, pd=pad, op=out_pad: conv_t(x, w, None, st, pd, op),
                    lambda x=x, w=w, st=stride, pd=pad, op=out_pad, cl=cl: conv_taps(x, w, None, st, pd, 1, True, op, 1, precision="tf32x3", channels_last=cl),
                    (1e-4, 1e-4))
