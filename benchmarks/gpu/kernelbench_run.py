@@ -97,16 +97,16 @@ def main() -> int:
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from kloom.importers import import_kernelbench
+    from kloom.importers.kernelbench import find_levels, import_kernelbench
 
     partial = args.out / "partial.jsonl"
     rows = read_rows([*args.resume, partial])
     suite = args.out / "suite"
     imported, rejected = [], []
-    from kloom.importers.kernelbench import find_levels
-
     present = find_levels(args.kernelbench)  # a subset (kernelbench_subset.sh) may hold one level
-    for level in (int(x) for x in args.levels.split(",") if x.strip() and int(x) in present):
+    for level in (int(x) for x in args.levels.split(",") if x.strip()):
+        if level not in present:
+            continue
         report = import_kernelbench(args.kernelbench, level=level, out_dir=suite / f"level{level}")
         imported += [{"name": w.name, "path": w.path, "notes": w.notes} for w in report.imported]
         rejected += [{"origin": r.origin, "reason": r.reason, "level": level} for r in report.rejected]

@@ -41,7 +41,6 @@ from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
 from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 
-
 @triton.jit
 def conv_taps_kernel(
     x_ptr, w_ptr, y_ptr, bias_ptr, q0, q1, q2, q3, taps_ptr, phase_ptr,
