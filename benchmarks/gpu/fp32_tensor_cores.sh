@@ -1,27 +1,20 @@
 #!/usr/bin/env bash
-# Float32 on the tensor cores as three TF32 products, every kind at once on one GPU (issue 22):
-# the tap-outer convolutions (plain and transposed) and attention against cuDNN/PyTorch and
-# inductor, and the error of each against float64 beside the library's. Writes under $OUT:
-# conv/ (kernels/conv/bench_conv.py --patterns taps), attn/ (kernels/gemm/bench_gemm.py
-# --patterns attention), probe/ (benchmarks/gpu/fp32x3_probe.py --only conv), and a log of each.
-# Each part has a time limit; a part cut short keeps what it wrote (run the patterns it did not
-# reach with CONV_PATTERNS, one substring of their names: CONV_PATTERNS="taps tf32x3 conv_transpose", and
-# SKIP_PROBE=1). About nine minutes.
+# Float32 on the tensor cores as three TF32 products, the parts not measured with their verdicts
+# yet (issue 22): attention against PyTorch's float32 kernel and inductor
+# (kernels/gemm/bench_gemm.py --patterns attention), its verdict written into this copy's
+# kernels/wins.json by kernels/verdict.py, and the convolutions' error against float64 beside
+# cuDNN's (benchmarks/gpu/fp32x3_probe.py --only conv; SKIP_PROBE=1 leaves it out). The
+# convolutions' speed and verdicts are conv_taps_kb.sh's. Writes under $OUT: attn/, probe/, a log
+# of each, and wins.json (commit it where the kind won). About four minutes.
 #
 #   bash benchmarks/gpu/fp32_tensor_cores.sh            (carry nothing: torch and triton suffice)
-#
-# The attention verdict is written by kernels/verdict.py; the convolutions' by conv_taps_kb.sh.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . benchmarks/gpu/env.sh
-mkdir -p "$OUT/conv" "$OUT/attn" "$OUT/probe"
+mkdir -p "$OUT/attn" "$OUT/probe"
 nvidia-smi -L > "$OUT/machine.txt" 2>&1
-timeout 330 python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "${CONV_PATTERNS:-taps}" --budget-s 300 > "$OUT/conv.log" 2>&1
-echo "conv: exit $?"; tail -20 "$OUT/conv/bench_conv.md" 2>/dev/null
 timeout 90 python3 kernels/gemm/bench_gemm.py --out "$OUT/attn" --patterns attention > "$OUT/attn.log" 2>&1
 echo "attention: exit $?"; tail -4 "$OUT/attn/bench_gemm.md" 2>/dev/null
-# The attention kind's verdict from those rows (this copy's kernels/wins.json, brought back as
-# $OUT/wins.json: commit it where the kind won).
 python3 -m kernels.verdict "$OUT/attn/bench_gemm.json" --kind attention_fp32x3 --match "tf32x3 attention" \
   --command "python kernels/gemm/bench_gemm.py --patterns attention (benchmarks/gpu/fp32_tensor_cores.sh)"
 cp kernels/wins.json "$OUT/wins.json"
