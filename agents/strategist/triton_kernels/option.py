@@ -128,7 +128,8 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
         # vendor library's work on other units (the tensor cores, as three TF32 products): under
         # the CPU's interpreter it is only slower (a product interpreted tile by tile outlasted
         # the judge's hang bound), so a CPU job is not offered it.
-        wins = {k: v for k, v in wins.items() if not (v.wins and k in gpu_only_kinds())}
+        gpu_only = gpu_only_kinds()
+        wins = {k: v for k, v in wins.items() if not (v.wins and k in gpu_only)}
     plan = find_matches(graph, wins=wins)
     if not plan.matches:
         return []
