@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The tap-outer convolutions measured, their verdicts written, and KernelBench's convolution problems
-# run through kloom with those verdicts, in one device call (issue 22): bench_conv's float32
-# three-way-product patterns (kernels/conv/bench_conv.py, each beside cuDNN, its autotuner and
-# inductor), then kernels/verdict.py writes conv_fp32x3's and conv_transposed_fp32x3's verdicts
-# into this copy's kernels/wins.json (of the layout that did better: the input as it comes or made
-# channels-last first, which the templates then use), then
-# kernelbench_subset.sh re-measures the problems named in KB_IF_WON when a kind won, else those in
-# KB_ELSE, with what is left of the call.
+# kloom's float32 convolutions (three-way TF32 products) measured, their verdicts written, and
+# KernelBench's convolution problems run through kloom with those verdicts, in one device call
+# (issue 22): bench_conv's patterns named in CONV_PATTERNS (kernels/conv/bench_conv.py, each
+# beside cuDNN, its autotuner and inductor; default "folded tf32x3", the few-channel kernel; "taps
+# tf32x3" is the tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
+# patterns measure into this copy's kernels/wins.json (a kind none of them measured is left as it
+# was; conv_fp32x3 and conv_transposed_fp32x3 of the layout that did better: the input as it comes
+# or made channels-last first, which the templates then use), then kernelbench_subset.sh
+# re-measures the problems named in KB_IF_WON when a kind won, else those in KB_ELSE, with what is
+# left of the call.
 #
 #   KB_IF_WON="level2/65_ level2/1_" KB_ELSE="level2/81_" bash benchmarks/gpu/conv_taps_kb.sh [resume folder]
 #
@@ -19,15 +21,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 RESUME="${1:-kb-resume}"
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
 mkdir -p "$OUT/conv"
-timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "taps tf32x3" \
+PATTERNS="${CONV_PATTERNS:-folded tf32x3}"
+timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "$PATTERNS" \
   --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1
 echo "conv: exit $?"; cat "$OUT/conv/bench_conv.md" 2>/dev/null
 ROWS="$OUT/conv/bench_conv.json"
-CMD="python kernels/conv/bench_conv.py --patterns 'taps tf32x3' (benchmarks/gpu/conv_taps_kb.sh)"
+CMD="python kernels/conv/bench_conv.py --patterns '$PATTERNS' (benchmarks/gpu/conv_taps_kb.sh)"
 won=0
 python3 -m kernels.verdict "$ROWS" --kind conv_fp32x3 --match "taps tf32x3 conv2d" "taps tf32x3 conv3d" --layouts \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 python3 -m kernels.verdict "$ROWS" --kind conv_transposed_fp32x3 --match "taps tf32x3 conv_transpose" --layouts \
+  --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
+python3 -m kernels.verdict "$ROWS" --kind conv_folded_fp32x3 --match "folded tf32x3" \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 cat "$OUT/verdicts.log"; cp kernels/wins.json "$OUT/wins.json"
 # A call brings back 8 files at most: the convolution part travels as one archive.

@@ -1,6 +1,8 @@
 """The implicit-GEMM convolution against cuDNN (eager, and with its autotuner) and inductor on
 one GPU, pattern by pattern: 2-D 3x3 with bias and ReLU in float32 and bfloat16, a strided
-transposed 2-D convolution, a 3-D convolution, a grouped one.
+transposed 2-D convolution, a 3-D convolution, a grouped one; the tap-outer kernel
+(``tap_gemm.py``, patterns ``taps``) and the folded-window one for few input channels
+(``folded.py``, patterns ``folded``) in three TF32 products.
 
     python kernels/conv/bench_conv.py --out "$OUT" [--patterns conv3d groups ...] [--budget-s 50]
 
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kernels.conv.folded import conv_folded  # noqa: E402
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
@@ -30,7 +33,7 @@ from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
-KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
+KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_folded_fp32x3", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
 
 def patterns():
     dev = "cuda"
@@ -61,6 +64,21 @@ def patterns():
         for cl in (False, True):
             yield (f"taps tf32x3 {label}{' ' + CHANNELS_LAST if cl else ''}", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
                    lambda x=x, w=w, b=b, cl=cl: conv_taps(x, w, b, precision="tf32x3", channels_last=cl), (1e-4, 1e-4))
+    # conv_folded_fp32x3: few input channels a group (fewer than the tap-outer kernel's 16), the
+    # whole window one reduction (folded.py): 2-D and 3-D, 3 and 8 channels, with a bias.
+    for label, shape, c_out, k in (
+        ("conv2d 3x3 3->16 64x256x256", (64, 3, 256, 256), 16, (3, 3)),
+        ("conv2d 3x3 8->64 128x128x128", (128, 8, 128, 128), 64, (3, 3)),
+        ("conv2d 3x3 8->32 64x256x256", (64, 8, 256, 256), 32, (3, 3)),
+        ("conv3d 3x3x3 3->16 64x16x64x64", (64, 3, 16, 64, 64), 16, (3, 3, 3)),
+        ("conv3d 3x3x3 8->32 32x16x64x64", (32, 8, 16, 64, 64), 32, (3, 3, 3)),
+    ):
+        x = torch.rand(*shape, device=dev)
+        w = (torch.rand(c_out, shape[1], *k, device=dev) - 0.5) / (shape[1] * math.prod(k)) ** 0.5
+        b = torch.rand(c_out, device=dev)
+        conv = F.conv2d if len(shape) == 4 else F.conv3d
+        yield (f"folded tf32x3 {label} + bias", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
+               lambda x=x, w=w, b=b: conv_folded(x, w, b, precision="tf32x3"), (1e-4, 1e-4))
     # Transposed: stride 1 (one phase), and the strided upsampling classes (a phase per output
     # position modulo the stride, each with the taps that reach it).
     for label, shape, c_out, k, stride, pad, out_pad in (

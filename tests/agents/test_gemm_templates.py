@@ -227,6 +227,36 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
         assert not any(m.kind == "conv_fp32x3" for m in find_matches(graph_of(few, [x]), wins=won).matches)
 
 
+def test_a_float32_convolution_with_few_input_channels_folds_its_window_into_one_reduction(monkeypatch):
+    """``conv_folded_fp32x3`` claims plain float32 convolutions with fewer than
+    ``TAPS_MIN_CHANNELS`` input channels a group, once it won, and calls ``folded.py``'s kernel,
+    which computes the reference's result; more channels stay the tap-outer kind's, and a
+    transposed convolution or a window wider than the kernel unrolls is not claimed."""
+    from agents.strategist.triton_kernels import t_gemm
+    from kernels.conv import folded
+
+    assert t_gemm.FOLDED_MAX_K == folded.FOLDED_MAX_K
+    model, x = ConvChain(3), torch.randn(2, 3, 7, 7)
+    graph = graph_of(model, [x])
+    won = dict(WON, conv_fp32x3=Measured("conv_fp32x3", 1.8, True), conv_folded_fp32x3=Measured("conv_folded_fp32x3", 2.0, True, 2.1, "H100"))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
+    conv = next(m for m in find_matches(graph, wins=won).matches if m.kind.startswith("conv"))
+    assert conv.kind == "conv_folded_fp32x3" and "27-long window" in conv.rationale and "three TF32 products" in conv.rationale
+    assert {graph.nodes[i].op for i in conv.nodes} == {"aten::convolution", "aten::relu", "aten::add"}
+    source = kernel_candidate(reference_source(ConvChain), graph, ["conv_folded_fp32x3_epilogue"], "test")
+    assert "conv_folded(" in source and 'precision="tf32x3"' in source and "def conv_folded_kernel" in source
+    torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), model, [x]), model(x), atol=2e-5, rtol=2e-5)
+    # Not measured yet (or lost): left to cuDNN.
+    assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph, wins=dict(WON)).matches)
+    lost = dict(won, conv_folded_fp32x3=Measured("conv_folded_fp32x3", 0.9, False))
+    assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph, wins=lost).matches)
+    # 16 channels are the tap-outer kernel's; a transposed one and a 15 x 7 x 7 window are not folded.
+    wide = graph_of(ConvChain(16), [torch.randn(2, 16, 7, 7)])
+    assert {m.kind for m in find_matches(wide, wins=won).matches if m.kind.startswith("conv")} == {"conv_fp32x3"}
+    for other, inputs in ((torch.nn.ConvTranspose2d(3, 6, 3), [x]), (torch.nn.Conv2d(15, 4, 7), [torch.randn(1, 15, 9, 9)])):
+        assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph_of(other, inputs), wins=won).matches)
+
+
 def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
     """``kernels/wins.json``: the triangular GEMM and the float32 products and convolutions as three
     TF32 products measured wins on the H100; float32 on CUDA cores, bfloat16 products and the

@@ -24,7 +24,11 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
 - ``conv_fp32x3``, ``conv_transposed_fp32x3``: a float32 convolution, plain or transposed (at least
   ``TAPS_MIN_CHANNELS`` input channels a group), as ``kernels/conv/tap_gemm.py``'s implicit GEMM,
   tap by tap (a transposed one split by output phase), in the same three TF32 products. Offered
-  once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured them winning.
+  once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured them winning;
+- ``conv_folded_fp32x3``: a plain float32 convolution with fewer input channels a group than
+  that (an image's 3, a stem's 8), as ``kernels/conv/folded.py``'s implicit GEMM over the whole
+  window at once (channels x taps, at most ``FOLDED_MAX_K``), in the same three TF32 products.
+  Offered once ``bench_conv.py`` (patterns ``folded``) measured it winning.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from .templates import GraphView, Match, RegionCost, nbytes, register
 GEMM_MODULE = "kernels.gemm.matmul"
 CONV_MODULE = "kernels.conv.implicit_gemm"
 TAPS_MODULE = "kernels.conv.tap_gemm"
+FOLDED_MODULE = "kernels.conv.folded"
+#: The widest window (input channels of a group x taps) the folded kernel unrolls (``kernels.conv.folded.FOLDED_MAX_K``).
+FOLDED_MAX_K = 512
 #: The fewest input channels a group may have for the tap-outer kernel: its channel step is at
 #: least 16 (the tensor cores'), so fewer channels leave most of each product padding. Measured on
 #: an H100 (results/gpu/h100-session32/): 3x3, 16 -> 128 channels 1.14x cuDNN, 8 -> 64 0.65x.
@@ -235,10 +242,15 @@ class ConvEpilogue(_KindTemplate):
         nodes = [node.index] + (sorted(chain.nodes) if chain else [])
         final = chain.output if chain else out
         kind = "conv_lowp" if dtype != "float32" else ("conv_transposed_fp32" if transposed else "conv_fp32")
+        c_in_g = view.tensor(w).shape[0] // groups if transposed else view.tensor(w).shape[1]
+        window = c_in_g * math.prod(view.tensor(w).shape[2:])
         taps = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
-        if taps:
-            c_in_g = view.tensor(w).shape[0] // groups if transposed else view.tensor(w).shape[1]
-            if c_in_g < TAPS_MIN_CHANNELS:
+        folded = self.kind == "conv_folded_fp32x3" and kind == "conv_fp32"
+        if taps or folded:
+            # Few input channels a group: the whole window is one reduction (``folded.py``);
+            # more: the taps outermost (``tap_gemm.py``).
+            few = c_in_g < TAPS_MIN_CHANNELS
+            if few != folded or (folded and window > FOLDED_MAX_K):
                 return None
             kind = self.kind
         k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
@@ -249,7 +261,15 @@ class ConvEpilogue(_KindTemplate):
         ops = len(chain.nodes) if chain else 0
         bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
         shape = list(view.tensor(x).shape)
-        if taps:
+        if folded:
+            module, how = FOLDED_MODULE, (
+                f"convolution {shape} float32 with {c_in_g} input channel(s) a group as one implicit GEMM over its whole "
+                f"{window}-long window (channels x taps), on the tensor cores as three TF32 products carrying each operand's "
+                "rounding error (float32's accuracy, no TF32 rounding), with its bias"
+            )
+            call = lambda names: (f"conv_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
+                                  f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
+        elif taps:
             # The layout the GPU benchmark's verdict was measured in (``kernels/verdict.py --layouts``).
             verdict = view.verdicts.get(kind)
             last = bool(verdict and verdict.channels_last)
@@ -287,5 +307,5 @@ register(GemmEpilogue("gemm_fp32x3", 9, offered_unmeasured=False))
 register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
 for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
     register(ConvEpilogue(_kind, 12, offered_unmeasured=False))
-for _kind in ("conv_fp32x3", "conv_transposed_fp32x3"):
+for _kind in ("conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3"):
     register(ConvEpilogue(_kind, 11, offered_unmeasured=False))
