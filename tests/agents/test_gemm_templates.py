@@ -63,10 +63,10 @@ class TriangularProduct(torch.nn.Module):
 
 
 class ConvChain(torch.nn.Module):
-    def __init__(self, channels: int = 4):
+    def __init__(self, channels: int = 4, out: int = 6):
         super().__init__()
-        self.conv = torch.nn.Conv2d(channels, 6, 3, padding=1)
-        self.bias = torch.nn.Parameter(torch.randn(6, 1, 1))
+        self.conv = torch.nn.Conv2d(channels, out, 3, padding=1)
+        self.bias = torch.nn.Parameter(torch.randn(out, 1, 1))
 
     def forward(self, x):
         return torch.relu(self.conv(x)) + self.bias
@@ -229,14 +229,15 @@ def test_a_float32_convolution_walked_tap_by_tap_in_three_tf32_products_is_its_o
 
 def test_a_float32_convolution_with_few_input_channels_folds_its_window_into_one_reduction(monkeypatch):
     """``conv_folded_fp32x3`` claims plain float32 convolutions with fewer than
-    ``TAPS_MIN_CHANNELS`` input channels a group, once it won, and calls ``folded.py``'s kernel,
+    ``TAPS_MIN_CHANNELS`` input channels and at least ``FOLDED_MIN_OUT_CHANNELS`` output
+    channels a group, once it won, and calls ``folded.py``'s kernel,
     which computes the reference's result; more channels stay the tap-outer kind's, and a
     transposed convolution or a window wider than the kernel unrolls is not claimed."""
     from agents.strategist.triton_kernels import t_gemm
     from kernels.conv import folded
 
     assert t_gemm.FOLDED_MAX_K == folded.FOLDED_MAX_K
-    model, x = ConvChain(3), torch.randn(2, 3, 7, 7)
+    model, x = ConvChain(3, 16), torch.randn(2, 3, 7, 7)
     graph = graph_of(model, [x])
     won = dict(WON, conv_fp32x3=Measured("conv_fp32x3", 1.8, True), conv_folded_fp32x3=Measured("conv_folded_fp32x3", 2.0, True, 2.1, "H100"))
     monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
@@ -251,9 +252,11 @@ def test_a_float32_convolution_with_few_input_channels_folds_its_window_into_one
     lost = dict(won, conv_folded_fp32x3=Measured("conv_folded_fp32x3", 0.9, False))
     assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph, wins=lost).matches)
     # 16 channels are the tap-outer kernel's; a transposed one and a 15 x 7 x 7 window are not folded.
-    wide = graph_of(ConvChain(16), [torch.randn(2, 16, 7, 7)])
+    wide = graph_of(ConvChain(16, 16), [torch.randn(2, 16, 7, 7)])
     assert {m.kind for m in find_matches(wide, wins=won).matches if m.kind.startswith("conv")} == {"conv_fp32x3"}
-    for other, inputs in ((torch.nn.ConvTranspose2d(3, 6, 3), [x]), (torch.nn.Conv2d(15, 4, 7), [torch.randn(1, 15, 9, 9)])):
+    # Nor a depthwise one (one output channel a group: its tile's columns would be padding).
+    for other, inputs in ((torch.nn.ConvTranspose2d(3, 6, 3), [x]), (torch.nn.Conv2d(15, 4, 7), [torch.randn(1, 15, 9, 9)]),
+                          (torch.nn.Conv2d(3, 3, 3, groups=3), [x]), (torch.nn.Conv2d(3, 30, 3, groups=3), [x])):
         assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph_of(other, inputs), wins=won).matches)
 
 

@@ -27,7 +27,8 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
   once ``kernels/conv/bench_conv.py`` (patterns ``taps``) measured them winning;
 - ``conv_folded_fp32x3``: a plain float32 convolution with fewer input channels a group than
   that (an image's 3, a stem's 8), as ``kernels/conv/folded.py``'s implicit GEMM over the whole
-  window at once (channels x taps, at most ``FOLDED_MAX_K``), in the same three TF32 products.
+  window at once (channels x taps, at most ``FOLDED_MAX_K``; at least ``FOLDED_MIN_OUT_CHANNELS``
+  output channels a group, so not depthwise), in the same three TF32 products.
   Offered once ``bench_conv.py`` (patterns ``folded``) measured it winning.
 """
 
@@ -47,6 +48,10 @@ TAPS_MODULE = "kernels.conv.tap_gemm"
 FOLDED_MODULE = "kernels.conv.folded"
 #: The widest window (input channels of a group x taps) the folded kernel unrolls (``kernels.conv.folded.FOLDED_MAX_K``).
 FOLDED_MAX_K = 512
+#: The fewest output channels a group may have for it: a tile's columns are a group's output
+#: channels, at least 16 wide on the tensor cores, so a depthwise convolution (one a group) would
+#: spend 15 of 16 products on padding; it was measured with 16 to 64.
+FOLDED_MIN_OUT_CHANNELS = 16
 #: The fewest input channels a group may have for the tap-outer kernel: its channel step is at
 #: least 16 (the tensor cores'), so fewer channels leave most of each product padding. Measured on
 #: an H100 (results/gpu/h100-session32/): 3x3, 16 -> 128 channels 1.14x cuDNN, 8 -> 64 0.65x.
@@ -218,6 +223,11 @@ class GemmEpilogue(_KindTemplate):
         return f"{what} with {done} applied in registers before its one store (no pass over the product per op)"
 
 
+def _out_channels_g(view: GraphView, weight: int, groups: int) -> int:
+    """A plain convolution's output channels a group (its weight is ``(C_out, C_in / groups, k...)``)."""
+    return view.tensor(weight).shape[0] // groups
+
+
 class ConvEpilogue(_KindTemplate):
     """Claims ``convolution`` nodes with the elementwise chain after them."""
 
@@ -250,7 +260,7 @@ class ConvEpilogue(_KindTemplate):
             # Few input channels a group: the whole window is one reduction (``folded.py``);
             # more: the taps outermost (``tap_gemm.py``).
             few = c_in_g < TAPS_MIN_CHANNELS
-            if few != folded or (folded and window > FOLDED_MAX_K):
+            if few != folded or (folded and (window > FOLDED_MAX_K or _out_channels_g(view, w, groups) < FOLDED_MIN_OUT_CHANNELS)):
                 return None
             kind = self.kind
         k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
