@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kloom's float32 convolutions (three-way TF32 products) measured, their verdicts written, and
 # KernelBench's convolution problems run through kloom with those verdicts, in one device call
-# (issue 22): bench_conv's patterns named in CONV_PATTERNS (kernels/conv/bench_conv.py, each
-# beside cuDNN, its autotuner and inductor; default "folded tf32x3", the few-channel kernel; "taps
-# tf32x3" is the tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
+# (issue 22): bench_conv's patterns named in CONV_PATTERNS (words separated by "|"; kernels/conv/bench_conv.py, each
+# beside cuDNN, its autotuner and inductor; default "folded tf32x3" and "depthwise", the
+# few-channel and depthwise kernels; "taps tf32x3" is the tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
 # patterns measure into this copy's kernels/wins.json (a kind none of them measured is left as it
 # was; conv_fp32x3 and conv_transposed_fp32x3 of the layout that did better: the input as it comes
 # or made channels-last first, which the templates then use), then kernelbench_subset.sh
@@ -21,8 +21,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 RESUME="${1:-kb-resume}"
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
 mkdir -p "$OUT/conv"
-PATTERNS="${CONV_PATTERNS:-folded tf32x3}"
-timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "$PATTERNS" \
+PATTERNS="${CONV_PATTERNS:-folded tf32x3|depthwise}"
+IFS='|' read -r -a WORDS <<< "$PATTERNS"
+timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "${WORDS[@]}" \
   --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1
 echo "conv: exit $?"; cat "$OUT/conv/bench_conv.md" 2>/dev/null
 ROWS="$OUT/conv/bench_conv.json"
@@ -33,6 +34,8 @@ python3 -m kernels.verdict "$ROWS" --kind conv_fp32x3 --match "taps tf32x3 conv2
 python3 -m kernels.verdict "$ROWS" --kind conv_transposed_fp32x3 --match "taps tf32x3 conv_transpose" --layouts \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 python3 -m kernels.verdict "$ROWS" --kind conv_folded_fp32x3 --match "folded tf32x3" \
+  --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
+python3 -m kernels.verdict "$ROWS" --kind conv_depthwise --match "depthwise" \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 cat "$OUT/verdicts.log"; cp kernels/wins.json "$OUT/wins.json"
 # A call brings back 8 files at most: the convolution part travels as one archive.

@@ -2,7 +2,8 @@
 one GPU, pattern by pattern: 2-D 3x3 with bias and ReLU in float32 and bfloat16, a strided
 transposed 2-D convolution, a 3-D convolution, a grouped one; the tap-outer kernel
 (``tap_gemm.py``, patterns ``taps``) and the folded-window one for few input channels
-(``folded.py``, patterns ``folded``) in three TF32 products.
+(``folded.py``, patterns ``folded``) in three TF32 products; the depthwise kernel
+(``depthwise.py``, patterns ``depthwise``).
 
     python kernels/conv/bench_conv.py --out "$OUT" [--patterns conv3d groups ...] [--budget-s 50]
 
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kernels.conv.depthwise import conv_depthwise  # noqa: E402
 from kernels.conv.folded import conv_folded  # noqa: E402
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
@@ -33,7 +35,7 @@ from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
-KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_folded_fp32x3", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
+KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_folded_fp32x3", "conv_depthwise", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
 
 def patterns():
     dev = "cuda"
@@ -79,6 +81,19 @@ def patterns():
         conv = F.conv2d if len(shape) == 4 else F.conv3d
         yield (f"folded tf32x3 {label} + bias", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
                lambda x=x, w=w, b=b: conv_folded(x, w, b, precision="tf32x3"), (1e-4, 1e-4))
+    # conv_depthwise: one input channel a group, float32 (direct multiply-adds, no tensor cores).
+    for label, shape, k, stride, pad, mult in (
+        ("conv2d 3x3 64ch 32x256x256", (32, 64, 256, 256), (3, 3), 1, 0, 1),
+        ("conv2d 3x1 16ch 32x512x512", (32, 16, 512, 512), (3, 1), 1, 0, 1),
+        ("conv2d 5x5 s2 p2 96ch 32x128x128 x2", (32, 96, 128, 128), (5, 5), 2, 2, 2),
+        ("conv1d 4 p3 1024ch 16x8192", (16, 1024, 8192), (4,), 1, 3, 1),
+    ):
+        x = torch.rand(*shape, device=dev)
+        w = (torch.rand(shape[1] * mult, 1, *k, device=dev) - 0.5) / math.prod(k) ** 0.5
+        b = torch.rand(shape[1] * mult, device=dev)
+        conv = F.conv2d if len(shape) == 4 else F.conv1d
+        yield (f"depthwise {label} + bias", lambda x=x, w=w, b=b, conv=conv, st=stride, pd=pad: conv(x, w, b, st, pd, 1, x.shape[1]),
+               lambda x=x, w=w, b=b, st=stride, pd=pad: conv_depthwise(x, w, b, st, pd), (1e-4, 1e-4))
     # Transposed: stride 1 (one phase), and the strided upsampling classes (a phase per output
     # position modulo the stride, each with the taps that reach it).
     for label, shape, c_out, k, stride, pad, out_pad in (

@@ -260,6 +260,41 @@ def test_a_float32_convolution_with_few_input_channels_folds_its_window_into_one
         assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph_of(other, inputs), wins=won).matches)
 
 
+class DepthwiseChain(torch.nn.Module):
+    def __init__(self, channels: int = 4, multiplier: int = 1):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels * multiplier, (3, 2), padding=1, groups=channels)
+
+    def forward(self, x):
+        return torch.nn.functional.hardswish(self.conv(x)) * 2.0
+
+
+def test_a_depthwise_convolution_becomes_direct_multiply_adds_once_measured(monkeypatch):
+    """``conv_depthwise`` claims convolutions with one input channel a group (a channel
+    multiplier too), once it won, and its candidate computes the reference's result; grouped
+    convolutions with more channels a group, and an unmeasured verdict, leave it off."""
+    from agents.strategist.triton_kernels import t_gemm
+    from kernels.conv import depthwise
+
+    assert t_gemm.DEPTHWISE_MAX_TAPS == depthwise.DEPTHWISE_MAX_TAPS
+    won = dict(WON, conv_depthwise=Measured("conv_depthwise", 3.0, True, 4.0, "H100"))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
+    x = torch.randn(2, 4, 9, 8)
+    for multiplier in (1, 2):
+        model = DepthwiseChain(4, multiplier)
+        graph = graph_of(model, [x])
+        conv = next(m for m in find_matches(graph, wins=won).matches if m.kind.startswith("conv"))
+        assert conv.kind == "conv_depthwise" and "depthwise convolution" in conv.rationale and "[3, 2] taps" in conv.rationale
+        assert {graph.nodes[i].op for i in conv.nodes} == {"aten::convolution", "aten::hardswish", "aten::mul"}
+        source = kernel_candidate(reference_source(DepthwiseChain), graph, ["conv_depthwise_epilogue"], "test")
+        assert "conv_depthwise(" in source and "def conv_depthwise_kernel" in source
+        torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), model, [x]), model(x), atol=1e-5, rtol=1e-5)
+    graph = graph_of(DepthwiseChain(), [x])
+    assert not any(m.kind == "conv_depthwise" for m in find_matches(graph, wins=dict(WON)).matches)  # not measured
+    grouped = graph_of(torch.nn.Conv2d(4, 4, 3, groups=2), [x])
+    assert not any(m.kind == "conv_depthwise" for m in find_matches(grouped, wins=won).matches)
+
+
 def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
     """``kernels/wins.json``: the triangular GEMM and the float32 products and convolutions as three
     TF32 products measured wins on the H100; float32 on CUDA cores, bfloat16 products and the

@@ -29,7 +29,11 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
   that (an image's 3, a stem's 8), as ``kernels/conv/folded.py``'s implicit GEMM over the whole
   window at once (channels x taps, at most ``FOLDED_MAX_K``; at least ``FOLDED_MIN_OUT_CHANNELS``
   output channels a group, so not depthwise), in the same three TF32 products.
-  Offered once ``bench_conv.py`` (patterns ``folded``) measured it winning.
+  Offered once ``bench_conv.py`` (patterns ``folded``) measured it winning;
+- ``conv_depthwise``: a depthwise convolution (one input channel a group) of any of the kernel
+  dtypes, as ``kernels/conv/depthwise.py``'s direct multiply-adds on the CUDA cores, memory-bound
+  work cuDNN does far above its floor. Offered once ``bench_conv.py`` (patterns ``depthwise``)
+  measured it winning.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ GEMM_MODULE = "kernels.gemm.matmul"
 CONV_MODULE = "kernels.conv.implicit_gemm"
 TAPS_MODULE = "kernels.conv.tap_gemm"
 FOLDED_MODULE = "kernels.conv.folded"
+DEPTHWISE_MODULE = "kernels.conv.depthwise"
+#: The most taps the depthwise kernel unrolls (``kernels.conv.depthwise.DEPTHWISE_MAX_TAPS``).
+DEPTHWISE_MAX_TAPS = 256
 #: The widest window (input channels of a group x taps) the folded kernel unrolls (``kernels.conv.folded.FOLDED_MAX_K``).
 FOLDED_MAX_K = 512
 #: The fewest output channels a group may have for it: a tile's columns are a group's output
@@ -256,7 +263,13 @@ class ConvEpilogue(_KindTemplate):
         window = c_in_g * math.prod(view.tensor(w).shape[2:])
         taps = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
         folded = self.kind == "conv_folded_fp32x3" and kind == "conv_fp32"
-        if taps or folded:
+        depthwise = self.kind == "conv_depthwise"
+        if depthwise:
+            # One input channel a group, every input channel its own group.
+            if transposed or c_in_g != 1 or groups != view.tensor(x).shape[1] or math.prod(view.tensor(w).shape[2:]) > DEPTHWISE_MAX_TAPS:
+                return None
+            kind = self.kind
+        elif taps or folded:
             # Few input channels a group: the whole window is one reduction (``folded.py``);
             # more: the taps outermost (``tap_gemm.py``).
             few = c_in_g < TAPS_MIN_CHANNELS
@@ -271,7 +284,14 @@ class ConvEpilogue(_KindTemplate):
         ops = len(chain.nodes) if chain else 0
         bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
         shape = list(view.tensor(x).shape)
-        if folded:
+        if depthwise:
+            module, how = DEPTHWISE_MODULE, (
+                f"depthwise convolution {shape} {dtype} ({list(view.tensor(w).shape[2:])} taps a channel) as direct multiply-adds "
+                "in float32, each tap one coalesced load of the input plane, with its bias"
+            )
+            call = lambda names: (f"conv_depthwise({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
+                                  f"{_chain_post(chain, names.read)})")
+        elif folded:
             module, how = FOLDED_MODULE, (
                 f"convolution {shape} float32 with {c_in_g} input channel(s) a group as one implicit GEMM over its whole "
                 f"{window}-long window (channels x taps), on the tensor cores as three TF32 products carrying each operand's "
@@ -317,5 +337,5 @@ register(GemmEpilogue("gemm_fp32x3", 9, offered_unmeasured=False))
 register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
 for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
     register(ConvEpilogue(_kind, 12, offered_unmeasured=False))
-for _kind in ("conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3"):
+for _kind in ("conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3", "conv_depthwise"):
     register(ConvEpilogue(_kind, 11, offered_unmeasured=False))
