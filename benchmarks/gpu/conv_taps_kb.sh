@@ -14,21 +14,28 @@
 #
 # Carry .whl, .gpu and the resume folder. Writes under $OUT: conv.tgz (conv/bench_conv.json and .md,
 # conv.log, verdicts.log), wins.json (this copy's, to commit where a kind won), and kernelbench.sh's
-# files. CONV_BUDGET_S (default 200) bounds the patterns started.
+# files. CONV_BUDGET_S (default 200) bounds the patterns started; POOL_BUDGET_S, where set, runs
+# kernels/pool/bench_pool.py too (within it) and writes the pool kind's verdict.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . benchmarks/gpu/env.sh
 RESUME="${1:-kb-resume}"
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
 mkdir -p "$OUT/conv"
+won=0
 PATTERNS="${CONV_PATTERNS:-folded tf32x3|depthwise}"
 IFS='|' read -r -a WORDS <<< "$PATTERNS"
 timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "${WORDS[@]}" \
   --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1
 echo "conv: exit $?"; cat "$OUT/conv/bench_conv.md" 2>/dev/null
+if [ -n "${POOL_BUDGET_S:-}" ]; then
+  timeout $((POOL_BUDGET_S + 90)) python3 kernels/pool/bench_pool.py --out "$OUT/conv" --budget-s "$POOL_BUDGET_S" >> "$OUT/conv.log" 2>&1
+  echo "pool: exit $?"; cat "$OUT/conv/bench_pool.md" 2>/dev/null
+  python3 -m kernels.verdict "$OUT/conv/bench_pool.json" --kind pool --match "pool" \
+    --command "python kernels/pool/bench_pool.py (benchmarks/gpu/conv_taps_kb.sh)" >> "$OUT/verdicts.log" 2>&1 && won=1
+fi
 ROWS="$OUT/conv/bench_conv.json"
 CMD="python kernels/conv/bench_conv.py --patterns '$PATTERNS' (benchmarks/gpu/conv_taps_kb.sh)"
-won=0
 python3 -m kernels.verdict "$ROWS" --kind conv_fp32x3 --match "taps tf32x3 conv2d" "taps tf32x3 conv3d" --layouts \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 python3 -m kernels.verdict "$ROWS" --kind conv_transposed_fp32x3 --match "taps tf32x3 conv_transpose" --layouts \

@@ -1,0 +1,81 @@
+"""The pooling kernel against PyTorch's pooling (eager) and inductor on one GPU, pattern by
+pattern: max and average pooling over 1-3 dimensions, strided, padded and dilated.
+
+    python kernels/pool/bench_pool.py --out "$OUT" [--patterns max avg ...] [--budget-s 100]
+
+``--patterns``: only the patterns whose name contains one of these words. Writes
+``bench_pool.json`` and ``bench_pool.md`` under ``--out`` after every pattern and starts no
+pattern after ``--budget-s``; ``kernels/verdict.py --kind pool`` reads the rows.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kernels.gemm.bench_gemm import compare, selected  # noqa: E402
+from kernels.pool.kernel import pool  # noqa: E402
+
+#: The template kinds these patterns measure.
+KINDS = frozenset({"pool"})
+
+
+def patterns():
+    dev = "cuda"
+    for label, shape, kind, k, s, p, d in (
+        ("max 2-D 2x2 s2 64ch 32x512x512", (32, 64, 512, 512), "max", (2, 2), (2, 2), (0, 0), (1, 1)),
+        ("max 2-D 3x3 s2 p1 64ch 32x256x256", (32, 64, 256, 256), "max", (3, 3), (2, 2), (1, 1), (1, 1)),
+        ("max 3-D 3x3x3 s2 p1 dilation 2 16x32x64x64x64", (16, 32, 64, 64, 64), "max", (3, 3, 3), (2, 2, 2), (1, 1, 1), (2, 2, 2)),
+        ("max 1-D 8 s1 p4 dilation 3 64x128x32768", (64, 128, 32768), "max", (8,), (1,), (4,), (3,)),
+        ("avg 2-D 4x4 s4 64ch 32x512x512", (32, 64, 512, 512), "avg", (4, 4), (4, 4), (0, 0), (1, 1)),
+        ("avg 3-D 2x2x2 s2 16x32x64x64x64", (16, 32, 64, 64, 64), "avg", (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)),
+    ):
+        x = torch.rand(*shape, device=dev)
+        nd = len(k)
+        if kind == "max":
+            eager = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nd]
+            yield (f"pool {label}", lambda x=x, e=eager, k=k, s=s, p=p, d=d: e(x, k, s, p, d),
+                   lambda x=x, k=k, s=s, p=p, d=d: pool(x, "max", k, s, p, d), (1e-6, 1e-6))
+        else:
+            eager = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[nd]
+            yield (f"pool {label}", lambda x=x, e=eager, k=k, s=s, p=p: e(x, k, s, p),
+                   lambda x=x, k=k, s=s, p=p: pool(x, "avg", k, s, p), (1e-5, 1e-5))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
+    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
+    args = parser.parse_args()
+    command = " ".join(["python", "kernels/pool/bench_pool.py"] + sys.argv[1:])
+    started = time.perf_counter()
+    rows = []
+    for name, eager, kloom, tol in selected(patterns(), args.patterns):
+        try:
+            if time.perf_counter() - started > args.budget_s:
+                raise TimeoutError("not started: over the time budget")
+            rows.append(compare(name, eager, kloom, ("default",), tol))
+        except Exception as exc:  # one failing pattern is reported, the others still run
+            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        print(rows[-1], flush=True)
+        torch.cuda.empty_cache()
+        lines = [f"# Pooling kernel vs PyTorch and inductor\n\n`{command}` on {torch.cuda.get_device_name()}. Speedups over eager; "
+                 "the error in units of the tolerance.\n\n| pattern | eager ms | kloom (error/tol) | compile default |\n|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['pattern']} | error: {r['error']} | | |" if "error" in r else
+                         f"| {r['pattern']} | {r['eager_ms']:.3f} | {r['eager_ms'] / r['kloom_ms']:.2f}x ({r['kloom_error']:.2g}) | {r['eager_ms'] / r['default_ms']:.2f}x |")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_pool.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "bench_pool.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
