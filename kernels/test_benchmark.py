@@ -7,6 +7,7 @@ from agents.strategist.triton_kernels.templates import TEMPLATES
 from kernels.bench_all import FAMILIES
 from kernels.conv import bench_conv
 from kernels.gemm import bench_gemm
+from kernels.pool import bench_pool
 from kernels.benchmark import markdown, wins_table
 
 
@@ -31,5 +32,5 @@ def test_wins_need_every_case_correct_and_a_geomean_of_at_least_one():
 
 def test_every_template_kind_has_a_benchmark():
     benchmarked = {case.kind for family in FAMILIES.values() for case in family.cases()}
-    benchmarked |= bench_gemm.KINDS | bench_conv.KINDS  # their own benchmarks: kernels/gemm, kernels/conv
+    benchmarked |= bench_gemm.KINDS | bench_conv.KINDS | bench_pool.KINDS  # their own benchmarks: kernels/gemm, kernels/conv, kernels/pool
     assert {t.kind for t in TEMPLATES.values()} <= benchmarked

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kloom.opgraph import VIEW_OPS, OpGraph
 
-from . import t_attention, t_elementwise, t_gemm, t_reduce, t_rowwise  # noqa: F401  (they register their templates)
+from . import t_attention, t_elementwise, t_gemm, t_pool, t_reduce, t_rowwise  # noqa: F401  (they register their templates)
 from .emit import NotReplayable, candidate_source, replay_problem
 from ..dominance import BYTES_PER_MS, FLOPS_PER_MS
 from ..embed import KERNELS_ROOT
