@@ -296,19 +296,24 @@ def test_a_depthwise_convolution_becomes_direct_multiply_adds_once_measured(monk
 
 
 def test_the_committed_gpu_verdicts_offer_the_triangle_and_three_way_products_and_keep_the_vendor_library_kinds_off():
-    """``kernels/wins.json``: the triangular GEMM and the float32 products and convolutions as three
-    TF32 products measured wins on the H100; float32 on CUDA cores, bfloat16 products and the
+    """``kernels/wins.json``: the triangular GEMM, the float32 products and convolutions as three
+    TF32 products (the folded window for few channels too), the depthwise and pooling kernels
+    measured wins on the H100; float32 on CUDA cores, bfloat16 products and the
     full-precision convolutions lost to cuBLAS/cuDNN (or were not measured) and stay off."""
     wins = measured_kinds(WINS_FILE)
-    for kind in ("gemm_triangular", "gemm_fp32x3", "conv_fp32x3", "conv_transposed_fp32x3"):
+    for kind in ("gemm_triangular", "gemm_fp32x3", "conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3", "conv_depthwise", "pool"):
         assert wins[kind].wins and wins[kind].vs_inductor > 1 and "H100" in wins[kind].measured_on
     assert not any(wins[k].wins for k in WON if k in wins)
     linear = graph_of(LinearChain(), [torch.randn(33, 24)])
     assert {m.kind for m in find_matches(linear, wins=wins).matches if m.kind.startswith("gemm")} == {"gemm_fp32x3"}
     conv = graph_of(ConvChain(16), [torch.randn(2, 16, 9, 9)])
     assert {m.kind for m in find_matches(conv, wins=wins).matches if m.kind.startswith("conv")} == {"conv_fp32x3"}
-    few = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])  # four channels: cuDNN's
+    few = graph_of(ConvChain(), [torch.randn(2, 4, 9, 9)])  # four channels in, six out: cuDNN's
     assert not any(m.kind.startswith("conv") for m in find_matches(few, wins=wins).matches)
+    stem = graph_of(ConvChain(4, 16), [torch.randn(2, 4, 9, 9)])  # four in, sixteen out: the folded window
+    assert {m.kind for m in find_matches(stem, wins=wins).matches if m.kind.startswith("conv")} == {"conv_folded_fp32x3"}
+    depthwise = graph_of(DepthwiseChain(), [torch.randn(2, 4, 9, 9)])
+    assert {m.kind for m in find_matches(depthwise, wins=wins).matches if m.kind.startswith("conv")} == {"conv_depthwise"}
 
 
 WORKLOAD = '''import torch

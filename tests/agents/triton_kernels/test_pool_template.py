@@ -10,12 +10,13 @@ from kernel_helpers import WORKLOADS, traced
 from agents.strategist.triton_kernels import plan as kernel_plan
 from agents.strategist.triton_kernels.plan import Measured, find_matches, kernel_candidate
 from agents.strategist.triton_kernels.t_pool import POOL_MAX_TAPS
-from kernels.pool.kernel import POOL_MAX_TAPS as KERNEL_MAX_TAPS
 
 WON = {"pool": Measured("pool", 2.0, True, 2.5, "H100")}
 
 
-def test_pools_are_claimed_with_their_chains_only_once_measured_winning():
+def test_pools_are_claimed_with_their_chains_only_once_measured_winning(interpret):
+    from kernels.pool.kernel import POOL_MAX_TAPS as KERNEL_MAX_TAPS  # lazy: Triton is imported with its interpreter on
+
     assert POOL_MAX_TAPS == KERNEL_MAX_TAPS
     graph = traced("pool_chain")
     pools = [m for m in find_matches(graph, wins=dict(WON)).matches if m.kind == "pool"]
