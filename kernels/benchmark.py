@@ -7,8 +7,10 @@ writes the table and ``wins.json`` (the strategist offers a kind of kernel only 
 inductor). GPU-only: it imports torch, triton and the standard library.
 """
 
+import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,3 +145,59 @@ def _write(out_dir: str, rows: list[dict], device: str, command: str) -> None:
     (out / "kernels_bench.json").write_text(json.dumps({"device": device, "command": command, "rows": rows}, indent=1))
     (out / "kernels_bench.md").write_text(markdown(rows, device, command))
     (out / "wins.json").write_text(json.dumps(wins_table(rows, device, command), indent=1) + "\n")
+
+
+def pattern_args(doc: str, script: str):
+    """A family benchmark's command line (``--out``, ``--patterns``, ``--budget-s``) parsed, and
+    the command as the report prints it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
+    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
+    return parser.parse_args(), " ".join(["python", script] + sys.argv[1:])
+
+
+def pattern_table(rows: list[dict], title: str, command: str, rivals: list[tuple[str, str]], device: str) -> str:
+    """A kernel family's pattern rows as markdown: eager's time, then kloom's speed over it (its
+    error in units of the tolerance) and each rival's (``(header, row column)``: ``default_ms``,
+    ``cudnn_benchmark_ms``); **wrong** marks a result outside the tolerance."""
+    def wrong(error) -> str:
+        return " **wrong**" if error > 1 else ""
+
+    lines = [f"# {title}", "", f"`{command}` on {device}. Speedups over eager; the error against eager in units "
+             "of the tolerance (at most 1 passes); **wrong**: outside it.", "",
+             "| pattern | eager ms | kloom (error/tol) | " + " | ".join(h for h, _ in rivals) + " |", "|---|---|---|" + "---|" * len(rivals)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['pattern']} | error: {r['error']} |" + " |" * (1 + len(rivals)))
+            continue
+        e = r["eager_ms"]
+        cells = [f"{e / r['kloom_ms']:.2f}x ({r['kloom_error']:.2g}){wrong(r['kloom_error'])}"]
+        cells += [f"{e / r[col]:.2f}x{wrong(r.get(col.replace('_ms', '_error'), 0))}" if col in r else "" for _, col in rivals]
+        lines.append(f"| {r['pattern']} | {e:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_patterns(found, measure: Callable, out: Path, stem: str, title: str, command: str, budget_s: float, rivals: list[tuple[str, str]],
+                 device: str | None = None, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+    """Each ``(name, eager, kloom, tolerance)`` pattern measured by ``measure`` (a row), one failing
+    pattern reported and the others still run, none started after ``budget_s``; ``<stem>.json``
+    and ``<stem>.md`` (``pattern_table``) under ``out`` rewritten after every pattern, so a run
+    cut short keeps what it measured."""
+    device = device or torch.cuda.get_device_name()
+    started = clock()
+    rows: list[dict] = []
+    for name, eager, kloom, tol in found:
+        try:
+            if clock() - started > budget_s:
+                raise TimeoutError("not started: over the time budget")
+            rows.append(measure(name, eager, kloom, tol))
+        except Exception as exc:  # one failing pattern is reported, the others still run
+            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        print(rows[-1], flush=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+        (out / f"{stem}.md").write_text(pattern_table(rows, title, command, rivals, device))
+    return rows

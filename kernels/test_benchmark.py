@@ -2,6 +2,8 @@
 and inductor's time over the kernel's has a geometric mean of at least 1; cases cut by the
 budget do not count; every kind the templates name is benchmarked."""
 
+import json
+
 from agents.strategist.triton_kernels.plan import find_matches  # noqa: F401  (registers every template)
 from agents.strategist.triton_kernels.templates import TEMPLATES
 from kernels.bench_all import FAMILIES
@@ -34,3 +36,23 @@ def test_every_template_kind_has_a_benchmark():
     benchmarked = {case.kind for family in FAMILIES.values() for case in family.cases()}
     benchmarked |= bench_gemm.KINDS | bench_conv.KINDS | bench_pool.KINDS  # their own benchmarks: kernels/gemm, kernels/conv, kernels/pool
     assert {t.kind for t in TEMPLATES.values()} <= benchmarked
+
+
+def test_a_family_benchmark_keeps_every_pattern_it_measured_and_says_why_the_others_are_missing(tmp_path):
+    """``run_patterns``: a pattern that raises is a row with its error, the others still run, none
+    starts after the budget, and the table is rewritten after every pattern."""
+    from kernels.benchmark import run_patterns
+
+    def measure(name, eager, kloom, tol):
+        if name == "bad":
+            raise RuntimeError("out of resources")
+        return {"pattern": name, "eager_ms": eager(), "kloom_ms": kloom(), "kloom_error": 0.5, "default_ms": 2.0, "default_error": 3.0}
+
+    found = [("good", lambda: 2.0, lambda: 1.0, (1e-4, 1e-4)), ("bad", None, None, None), ("late", lambda: 1.0, lambda: 1.0, None)]
+    ticks = iter([0.0, 0.0, 0.0, 99.0])  # the start, then before each pattern: the third starts past the budget
+    rows = run_patterns(found, measure, tmp_path, "bench_x", "X vs inductor", "cmd", 10.0, [("compile default", "default_ms")], device="GPU",
+                        clock=lambda: next(ticks))
+    assert [r.get("error", "") for r in rows] == ["", "RuntimeError: out of resources", "TimeoutError: not started: over the time budget"]
+    assert [r["pattern"] for r in json.loads((tmp_path / "bench_x.json").read_text())] == ["good", "bad", "late"]
+    table = (tmp_path / "bench_x.md").read_text()
+    assert "| good | 2.000 | 2.00x (0.5) | 1.00x **wrong** |" in table and "| bad | error: RuntimeError: out of resources |" in table

@@ -13,11 +13,8 @@ and starts no pattern after ``--budget-s``. Correctness against the exact result
 ``verify_conv.py``'s.
 """
 
-import argparse
-import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,6 +26,7 @@ from kernels.conv.depthwise import conv_depthwise  # noqa: E402
 from kernels.conv.folded import conv_folded  # noqa: E402
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
+from kernels.benchmark import pattern_args, run_patterns  # noqa: E402
 from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict's --layouts reads)
@@ -111,51 +109,21 @@ def patterns():
                    (1e-4, 1e-4))
 
 
+def measure(name, eager, kloom, tol) -> dict:
+    """One pattern beside eager and inductor (``compare``), then beside cuDNN's autotuner."""
+    row = compare(name, eager, kloom, ("default",), tol)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=False):
+        eager()
+        row["cudnn_benchmark_ms"] = bench_ms(eager)
+    return row
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
-    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
-    args = parser.parse_args()
-    command = " ".join(["python", "kernels/conv/bench_conv.py"] + sys.argv[1:])
-    started = time.perf_counter()
+    args, command = pattern_args(__doc__, "kernels/conv/bench_conv.py")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    rows = []
-    for name, eager, kloom, tol in selected(patterns(), args.patterns):
-        try:
-            if time.perf_counter() - started > args.budget_s:
-                raise TimeoutError("not started: over the time budget")
-            row = compare(name, eager, kloom, ("default",), tol)
-            with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=False):
-                eager()
-                row["cudnn_benchmark_ms"] = bench_ms(eager)
-            rows.append(row)
-        except Exception as exc:  # one failing pattern is reported, the others still run
-            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-        print(rows[-1], flush=True)
-        torch.cuda.empty_cache()
-        write(args.out, rows, command)
-
-
-def write(out: Path, rows: list[dict], command: str) -> None:
-    """The table so far (written after every pattern: a run cut short keeps what it measured)."""
-    lines = ["# Convolution kernel vs cuDNN and inductor", "",
-             f"`{command}` on {torch.cuda.get_device_name()}. Speedups over eager cuDNN; the error against eager in units of the "
-             "tolerance (at most 1 passes); **wrong**: outside it.", "",
-             "| pattern | eager ms | kloom (error/tol) | cudnn.benchmark | compile default |", "|---|---|---|---|---|"]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['pattern']} | error: {r['error']} | | | |")
-            continue
-        e = r["eager_ms"]
-        lines.append(
-            f"| {r['pattern']} | {e:.3f} | {e / r['kloom_ms']:.2f}x ({r['kloom_error']:.2g}){' **wrong**' if r['kloom_error'] > 1 else ''} | "
-            f"{e / r['cudnn_benchmark_ms']:.2f}x | {e / r['default_ms']:.2f}x{' **wrong**' if r['default_error'] > 1 else ''} |"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_conv.json").write_text(json.dumps(rows, indent=1))
-    (out / "bench_conv.md").write_text("\n".join(lines) + "\n")
+    run_patterns(selected(patterns(), args.patterns), measure, args.out, "bench_conv", "Convolution kernel vs cuDNN and inductor", command,
+                 args.budget_s, [("cudnn.benchmark", "cudnn_benchmark_ms"), ("compile default", "default_ms")])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup
 from kernels.elementwise.program import ew_epilogue
+from kernels.conv.window import window_positions, window_tap
 
 #: The most taps the kernel unrolls (each is compiled in).
 DEPTHWISE_MAX_TAPS = 256
@@ -45,34 +46,17 @@ def conv_depthwise_kernel(
     """``BLOCK`` output positions of one plane (sample ``n``, output channel ``co``, reading input
     channel ``co // MULT``): a plane's blocks are consecutive programs (one grid dimension, which
     has room for any count). The weight is ``(C_OUT, KD * KH * KW)`` contiguous."""
-    blocks = tl.cdiv(OD * OH * OW, BLOCK)
-    plane = tl.program_id(0) // blocks
-    n = (plane // C_OUT).to(tl.int64)
-    co = plane % C_OUT
-    p = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
-    valid = p < OD * OH * OW
-    q = tl.where(valid, p, 0)
-    ow = q % OW
-    oh = (q // OW) % OH
-    od = q // (OW * OH)
-    id0 = od * sd - pd
-    ih0 = oh * sh - ph
-    iw0 = ow * sw - pw
+    plane, n, co, q, valid, od, oh, ow, id0, ih0, iw0 = window_positions(C_OUT, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
     x_pos = x_ptr + n * sx_n + (co // MULT).to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for t in tl.static_range(KD * KH * KW):
-        kd = t // (KW * KH) * DD
-        kh = (t // KW) % KH * DH
-        kw = t % KW * DW
-        ok = valid
-        if PADDED:
-            ok = ok & (id0 + kd >= 0) & (id0 + kd < ID) & (ih0 + kh >= 0) & (ih0 + kh < IH) & (iw0 + kw >= 0) & (iw0 + kw < IW)
+        offset, ok = window_tap(t, id0, ih0, iw0, valid, ID, IH, IW, sx_d, sx_h, sx_w, KH, KW, DD, DH, DW, PADDED)
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
-        v = tl.load(x_pos + (kd * sx_d + kh * sx_h + kw * sx_w), mask=ok, other=0.0)
+        v = tl.load(x_pos + offset, mask=ok, other=0.0)
         acc += v.to(tl.float32) * tl.load(w_ptr + co * (KD * KH * KW) + t).to(tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + co).to(tl.float32)
-    idx = (n * C_OUT + co) * (OD * OH * OW) + q
+    idx = plane.to(tl.int64) * (OD * OH * OW) + q
     acc = ew_epilogue(acc, idx, valid, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
     tl.store(y_ptr + n * sy_n + co.to(tl.int64) * sy_c + od * sy_d + oh * sy_h + ow * sy_w, acc.to(y_ptr.dtype.element_ty), mask=valid)
 

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
-from kernels.gemm.tiles import gemm_mma, gemm_tile_order
+from kernels.gemm.tiles import autotuned, gemm_mma, gemm_tile_order
 
 #: The widest reduction (input channels of a group times the filter's taps) the kernel unrolls:
 #: each step of it is compiled in, so a wider window is the tap-outer kernel's.
@@ -115,16 +115,8 @@ def conv_folded_configs(dtype: torch.dtype, c_out_g: int, k: int) -> list[triton
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": nn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=2) for m, nn, w in sorted(chosen)]
 
 
-_FOLDED_TUNERS: dict[tuple, object] = {}
-
-
-def _conv_folded_tuned(configs: list[triton.Config]):
-    """One autotuner per configuration list (they share the compiled kernels of ``conv_folded_kernel``)."""
-    key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
-    if key not in _FOLDED_TUNERS:
-        tune_key = ["N", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "sx_c", "sx_h", "C_IN_G", "KD", "KH", "KW", "F32X3", "PADDED"]
-        _FOLDED_TUNERS[key] = triton.autotune(configs=configs, key=tune_key)(conv_folded_kernel)
-    return _FOLDED_TUNERS[key]
+#: What re-tunes the folded kernel: the sizes, the input's layout and the compiled-in geometry.
+FOLDED_TUNE_KEY = ["N", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "sx_c", "sx_h", "C_IN_G", "KD", "KH", "KW", "F32X3", "PADDED"]
 
 
 def conv_folded(
@@ -163,5 +155,5 @@ def conv_folded(
     if config is not None:
         conv_folded_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
-        _conv_folded_tuned(conv_folded_configs(x.dtype, c_out_g, k))[grid](*args, **constants)
+        autotuned(conv_folded_kernel, conv_folded_configs(x.dtype, c_out_g, k), FOLDED_TUNE_KEY)[grid](*args, **constants)
     return y.to(x.dtype)

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
-from kernels.gemm.tiles import gemm_mma, gemm_tile_order
+from kernels.gemm.tiles import autotuned, gemm_mma, gemm_tile_order
 
 
 @triton.jit
@@ -161,16 +161,8 @@ def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3"
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": nn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s) for m, nn, w, s in shapes]
 
 
-_TAP_TUNERS: dict[tuple, object] = {}
-
-
-def _conv_taps_tuned(configs: list[triton.Config]):
-    """One autotuner per configuration list (they share the compiled kernels of ``conv_taps_kernel``)."""
-    key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
-    if key not in _TAP_TUNERS:
-        tune_key = ["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "QD", "QH", "QW", "TAPS", "PHASES", "sx_c", "F32X3"]
-        _TAP_TUNERS[key] = triton.autotune(configs=configs, key=tune_key)(conv_taps_kernel)
-    return _TAP_TUNERS[key]
+#: What re-tunes the tap-outer kernel: the sizes, the input's layout and the precision.
+TAPS_TUNE_KEY = ["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "QD", "QH", "QW", "TAPS", "PHASES", "sx_c", "F32X3"]
 
 
 def conv_taps(
@@ -214,5 +206,5 @@ def conv_taps(
     if config is not None:
         conv_taps_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
-        _conv_taps_tuned(conv_taps_configs(x.dtype, c_in_g, "tf32x3" if f32x3 else "ieee"))[grid](*args, **constants)
+        autotuned(conv_taps_kernel, conv_taps_configs(x.dtype, c_in_g, "tf32x3" if f32x3 else "ieee"), TAPS_TUNE_KEY)[grid](*args, **constants)
     return y.to(x.dtype)

@@ -4,11 +4,7 @@ Triton interpreter (on a GPU when there is one), and of its compilation for an H
 Run: ``TRITON_INTERPRET=1 python -m pytest kernels/conv/test_depthwise.py``.
 """
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,14 +16,10 @@ if not torch.cuda.is_available():
 from kernels.conv.depthwise import DEPTHWISE_MAX_TAPS, conv_depthwise, depthwise_supported  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
+from kernels.testing import compiled_for_h100, rand  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-ROOT = Path(__file__).resolve().parents[2]
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
-
-def rand(*shape, dtype=torch.float32):
-    return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
 
 @pytest.fixture(autouse=True)
@@ -108,9 +100,5 @@ print(json.dumps(out))
 
 
 def test_the_kernel_compiles_for_h100_in_full_float32():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps([False, True])], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    for compiled in json.loads(done.stdout.strip().splitlines()[-1]):
+    for compiled in compiled_for_h100(_COMPILE, [False, True]):
         assert compiled["fma"] and not compiled["tf32"] and compiled["loads"] >= 21  # every tap's load compiled in

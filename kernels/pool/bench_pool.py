@@ -8,11 +8,7 @@ pattern: max and average pooling over 1-3 dimensions, strided, padded and dilate
 pattern after ``--budget-s``; ``kernels/verdict.py --kind pool`` reads the rows.
 """
 
-import argparse
-import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -20,6 +16,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kernels.benchmark import pattern_args, run_patterns  # noqa: E402
 from kernels.gemm.bench_gemm import compare, selected  # noqa: E402
 from kernels.pool.kernel import pool  # noqa: E402
 
@@ -50,31 +47,9 @@ def patterns():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
-    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
-    args = parser.parse_args()
-    command = " ".join(["python", "kernels/pool/bench_pool.py"] + sys.argv[1:])
-    started = time.perf_counter()
-    rows = []
-    for name, eager, kloom, tol in selected(patterns(), args.patterns):
-        try:
-            if time.perf_counter() - started > args.budget_s:
-                raise TimeoutError("not started: over the time budget")
-            rows.append(compare(name, eager, kloom, ("default",), tol))
-        except Exception as exc:  # one failing pattern is reported, the others still run
-            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-        print(rows[-1], flush=True)
-        torch.cuda.empty_cache()
-        lines = [f"# Pooling kernel vs PyTorch and inductor\n\n`{command}` on {torch.cuda.get_device_name()}. Speedups over eager; "
-                 "the error in units of the tolerance.\n\n| pattern | eager ms | kloom (error/tol) | compile default |\n|---|---|---|---|"]
-        for r in rows:
-            lines.append(f"| {r['pattern']} | error: {r['error']} | | |" if "error" in r else
-                         f"| {r['pattern']} | {r['eager_ms']:.3f} | {r['eager_ms'] / r['kloom_ms']:.2f}x ({r['kloom_error']:.2g}) | {r['eager_ms'] / r['default_ms']:.2f}x |")
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_pool.json").write_text(json.dumps(rows, indent=1))
-        (args.out / "bench_pool.md").write_text("\n".join(lines) + "\n")
+    args, command = pattern_args(__doc__, "kernels/pool/bench_pool.py")
+    run_patterns(selected(patterns(), args.patterns), lambda *pattern: compare(*pattern[:3], ("default",), pattern[3]), args.out, "bench_pool",
+                 "Pooling kernel vs PyTorch and inductor", command, args.budget_s, [("compile default", "default_ms")])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
+from kernels.conv.window import window_positions, window_tap
 
 POOL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The most taps a window may have (each is compiled in).
@@ -46,33 +47,16 @@ def pool_kernel(
     """``BLOCK`` output positions of one plane (sample ``n``, channel ``c``); a plane's blocks are
     consecutive programs. The output is contiguous ``(N, C, OD, OH, OW)``. ``PADDED``: a window may
     reach outside the input (padding, or ``ceil_mode``'s last windows)."""
-    blocks = tl.cdiv(OD * OH * OW, BLOCK)
-    plane = tl.program_id(0) // blocks
-    n = (plane // C).to(tl.int64)
-    c = plane % C
-    p = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
-    valid = p < OD * OH * OW
-    q = tl.where(valid, p, 0)
-    ow = q % OW
-    oh = (q // OW) % OH
-    od = q // (OW * OH)
-    id0 = od * sd - pd
-    ih0 = oh * sh - ph
-    iw0 = ow * sw - pw
+    plane, n, c, q, valid, od, oh, ow, id0, ih0, iw0 = window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
     x_pos = x_ptr + n * sx_n + c.to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
     if IS_MAX:
         acc = tl.full((BLOCK,), float("-inf"), tl.float32)
     else:
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for t in tl.static_range(KD * KH * KW):
-        kd = t // (KW * KH) * DD
-        kh = (t // KW) % KH * DH
-        kw = t % KW * DW
-        ok = valid
-        if PADDED:
-            ok = ok & (id0 + kd >= 0) & (id0 + kd < ID) & (ih0 + kh >= 0) & (ih0 + kh < IH) & (iw0 + kw >= 0) & (iw0 + kw < IW)
+        offset, ok = window_tap(t, id0, ih0, iw0, valid, ID, IH, IW, sx_d, sx_h, sx_w, KH, KW, DD, DH, DW, PADDED)
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
-        v = tl.load(x_pos + (kd * sx_d + kh * sx_h + kw * sx_w), mask=ok, other=float("-inf") if IS_MAX else 0.0).to(tl.float32)
+        v = tl.load(x_pos + offset, mask=ok, other=float("-inf") if IS_MAX else 0.0).to(tl.float32)
         if IS_MAX:
             acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
         else:

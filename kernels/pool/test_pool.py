@@ -4,11 +4,7 @@ interpreter (on a GPU when there is one), and of its compilation for an H100.
 Run: ``TRITON_INTERPRET=1 python -m pytest kernels/pool/test_pool.py``.
 """
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,16 +15,12 @@ if not torch.cuda.is_available():
 
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
+from kernels.testing import compiled_for_h100, rand  # noqa: E402
 from kernels.pool.kernel import POOL_MAX_TAPS, pool, pool_output_size  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-ROOT = Path(__file__).resolve().parents[2]
 MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 
-
-def rand(*shape, dtype=torch.float32):
-    return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
 
 @pytest.fixture(autouse=True)
@@ -131,9 +123,5 @@ print(json.dumps(out))
 
 
 def test_the_kernel_compiles_for_h100():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps([[True, False], [True, True], [False, True]])], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = compiled_for_h100(_COMPILE, [[True, False], [True, True], [False, True]])
     assert all(c["loads"] >= 9 for c in found) and found[0]["max"]

@@ -1,0 +1,43 @@
+"""What the kernels that slide a window over a plane share (``kernels/conv/depthwise.py``,
+``kernels/pool/kernel.py``): which output positions a program computes and where each of the
+window's taps reads them. Imports only Triton.
+
+A program computes ``BLOCK`` consecutive output positions of one plane (a sample's channel); a
+plane's blocks are consecutive programs of a one-dimensional grid (room for any count). Inputs
+are 5-D views ``(N, C, D, H, W)`` with their own strides; outputs are indexed as contiguous."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK: tl.constexpr):
+    """Program ``program_id(0)``'s plane (``n``, ``c`` of ``C`` channels), its positions ``q``
+    (clamped to 0 past the end), which of them are ``valid``, and each position's output
+    ``(od, oh, ow)`` and window origin ``(id0, ih0, iw0)`` in the input (negative in the padding)."""
+    blocks = tl.cdiv(OD * OH * OW, BLOCK)
+    plane = tl.program_id(0) // blocks
+    n = (plane // C).to(tl.int64)
+    c = plane % C
+    p = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
+    valid = p < OD * OH * OW
+    q = tl.where(valid, p, 0)
+    ow = q % OW
+    oh = (q // OW) % OH
+    od = q // (OW * OH)
+    return plane, n, c, q, valid, od, oh, ow, od * sd - pd, oh * sh - ph, ow * sw - pw
+
+
+@triton.jit
+def window_tap(t: tl.constexpr, id0, ih0, iw0, valid, ID, IH, IW, sx_d, sx_h, sx_w,
+               KH: tl.constexpr, KW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, PADDED: tl.constexpr):  # fmt: skip
+    """Tap ``t`` of a ``(KD, KH, KW)`` window (dilated by ``(DD, DH, DW)``): the offset of its
+    input element from each position's window origin, and which positions read inside the input
+    (all valid ones unless ``PADDED``: a window may reach outside it)."""
+    kd = t // (KW * KH) * DD
+    kh = (t // KW) % KH * DH
+    kw = t % KW * DW
+    ok = valid
+    if PADDED:
+        ok = ok & (id0 + kd >= 0) & (id0 + kd < ID) & (ih0 + kh >= 0) & (ih0 + kh < IH) & (iw0 + kw >= 0) & (iw0 + kw < IW)
+    return kd * sx_d + kh * sx_h + kw * sx_w, ok
