@@ -144,6 +144,34 @@ def _f(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def level_of(row: dict) -> str:
+    """The KernelBench level a row's workload came from (its imported name begins ``levelN_``)."""
+    head = row.get("workload", "").split("_", 1)[0]
+    return head if head.startswith("level") else "other"
+
+
+def by_level(rows: list[dict]) -> dict[str, dict]:
+    """``build``'s aggregates over each level's rows: the goals are stated per level."""
+    levels: dict[str, list[dict]] = {}
+    for r in rows:
+        levels.setdefault(level_of(r), []).append(r)
+    return {level: build(levels[level]) for level in sorted(levels)}
+
+
+def _level_lines(levels: dict[str, dict]) -> list[str]:
+    if not levels:
+        return []
+    lines = ["", "| level | problems (measured) | fast_1 over eager (measurable; as the literature counts) | geomean over eager: kloom / better compile mode | "
+             "at least as fast as the better compile mode | kloom's wins made by |", "|---|---|---|---|---|---|"]
+    for level, a in levels.items():
+        lines.append(
+            f"| {level} | {a['problems']} ({a['measured']}) | {_f(a['fast_1_over_eager'], '.2f')}; {_f(a['fast_1_over_eager_any'], '.2f')} | "
+            f"{_f(a['geomean_kloom'], '.3f')} / {_f(a['geomean_better_compile'], '.3f')} | {_f(a['at_least_better_compile'], '.2f')} | "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(a['wins_made_by'].items())) or '-'} |"
+        )
+    return lines
+
+
 def to_markdown(report: dict, rows: list[dict]) -> str:
     a = report["aggregate"]
     lines = [
@@ -165,6 +193,7 @@ def to_markdown(report: dict, rows: list[dict]) -> str:
         f"| geomean speedup over eager: kloom / compile default / max-autotune / better | {_f(a['geomean_kloom'], '.3f')} / {_f(a['geomean_compile_default'], '.3f')} / {_f(a['geomean_compile_max_autotune'], '.3f')} / {_f(a['geomean_better_compile'], '.3f')} |",
         *_max_autotune_line(a.get("with_max_autotune")),
         f"| kloom's wins made by | {', '.join(f'{k}: {v}' for k, v in sorted(a['wins_made_by'].items())) or '-'} |",
+        *_level_lines(report.get("by_level") or {}),
         "",
         "Times in ms. kloom's speedup divides the reference's time by the best kernel's, both from the evaluator's",
         "interleaved measurement (95% interval); memory: the device's peak above idle while kloom's job ran, beside",
@@ -231,7 +260,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     devices = dict(collections.Counter(r["device"] for r in rows if r.get("device")).most_common())
     device = next(iter(devices), None) if len(devices) < 2 else "mixed"
-    report = {"device": device, "devices": devices, "aggregate": build(rows), "rows": rows}
+    report = {"device": device, "devices": devices, "aggregate": build(rows), "by_level": by_level(rows), "rows": rows}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(to_markdown(report, rows))
     print((out / "report.md").read_text())

@@ -83,3 +83,18 @@ def test_a_mode_added_later_divides_the_eager_time_measured_beside_it(tmp_path):
     assert w["at_least_better_compile"] == 0.0  # kloom's 2.5x is short of 3.0x beyond the noise floor
     assert "| 1 (3.00x, H200) |" in text
     assert "| on the 1 problems with max-autotune measured:" in text and "| 2.500 / 1.250 / 3.000; 1.00; 0.00 |" in text
+
+
+def test_each_level_gets_its_own_aggregates(tmp_path):
+    """The goals are per level (fast_1, geomean): the report gives each level's beside the whole's."""
+    level2_lost = _row("level2_9_E", "NVIDIA H200")
+    level2_lost["kloom"].update(outcome="no faster kernel found", measured_speedup=0.9, result_speedup=1.0)
+    rows = [_row("level1_1_A", "NVIDIA H200"), _row("level1_3_B", "NVIDIA H200"), _row("level2_5_C", "NVIDIA H200"), level2_lost]
+    for r in rows[:3]:
+        r["kloom"]["result_speedup"] = 1.5
+    data, text = _report(tmp_path, rows)
+    levels = data["by_level"]
+    assert sorted(levels) == ["level1", "level2"]
+    assert levels["level1"]["fast_1_over_eager"] == 1.0 and levels["level2"]["fast_1_over_eager"] == 0.5
+    assert abs(levels["level2"]["geomean_kloom"] - 1.5**0.5) < 1e-9 and data["aggregate"]["fast_1_over_eager"] == 0.75
+    assert "| level1 | 2 (2) | 1.00; 1.00 |" in text and "| level2 | 2 (2) | 0.50; 0.50 |" in text
