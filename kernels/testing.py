@@ -19,6 +19,11 @@ def rand(*shape, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
 
+def close32(got, want) -> None:
+    """Equal at float32's accuracy over a short reduction (the kernels and torch sum in different orders)."""
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+
+
 def compiled_for_h100(script: str, specs: list) -> list:
     """Run ``script`` (Python that compiles kernels for ``GPUTarget("cuda", 90, 32)`` from the
     JSON in ``sys.argv[1]`` and prints one JSON line of findings) without the interpreter, and

@@ -16,14 +16,10 @@ if not torch.cuda.is_available():
 from kernels.conv.folded import FOLDED_MAX_K, conv_folded, conv_folded_configs  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
-from kernels.testing import compiled_for_h100, rand  # noqa: E402
+from kernels.testing import close32, compiled_for_h100, rand  # noqa: E402
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
-
-
-def close32(got, want):
-    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
 @pytest.fixture(autouse=True)

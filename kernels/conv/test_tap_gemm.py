@@ -4,11 +4,7 @@ under the Triton interpreter (on a GPU when there is one), and of its compilatio
 Run: ``TRITON_INTERPRET=1 python -m pytest kernels/conv/test_tap_gemm.py``.
 """
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,18 +16,10 @@ if not torch.cuda.is_available():
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
+from kernels.testing import close32, compiled_for_h100, rand  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-ROOT = Path(__file__).resolve().parents[2]
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
-
-def rand(*shape, dtype=torch.float32):
-    return torch.randn(*shape, device=DEVICE, dtype=dtype)
-
-
-def close32(got, want):
-    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
 @pytest.fixture(autouse=True)
@@ -148,11 +136,7 @@ print(json.dumps(out))
 
 def test_the_kernel_compiles_for_h100_full_float32_on_cuda_cores_and_three_way_tf32_on_tensor_cores():
     specs = [("fp32", False), ("fp32", True), ("bf16", False)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(specs)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ieee, x3, bf16 = json.loads(done.stdout.strip().splitlines()[-1])
+    ieee, x3, bf16 = compiled_for_h100(_COMPILE, specs)
     assert ieee["fma"] and not ieee["mma"]
     assert x3["wgmma"] and x3["tf32_round"]  # Hopper's TF32 tensor-core products of hi/lo-split operands
     assert bf16["mma"]
