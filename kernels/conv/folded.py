@@ -98,12 +98,6 @@ def conv_folded_kernel(
     )
 
 
-def conv_folded_reduction(weight: torch.Tensor, transposed: bool = False) -> int:
-    """The reduction's length for ``weight`` (input channels of a group times the filter's taps);
-    0 for a transposed convolution, which this kernel does not do."""
-    return 0 if transposed else math.prod(weight.shape[1:])
-
-
 def conv_folded_configs(dtype: torch.dtype, c_out_g: int, k: int) -> list[triton.Config]:
     """Tile configurations autotuning measures on a GPU: the reduction step covers the window in
     as few steps as it can (at least 16, the tensor cores' smallest), and the columns are no wider
@@ -129,7 +123,7 @@ def conv_folded(
     float32 operands are multiplied (``kernels.gemm.tiles.GEMM_PRECISIONS``). ``ValueError`` for a
     window wider than ``FOLDED_MAX_K`` or a call the kernel does not cover."""
     y, epilogue, (s, p, d), (x5, w5, y5), f32x3 = conv_setup(x, weight, bias, stride, padding, dilation, False, 0, groups, post, precision)
-    k = conv_folded_reduction(weight)
+    k = math.prod(weight.shape[1:])  # the reduction: a group's input channels times the filter's taps
     if k > FOLDED_MAX_K:
         raise ValueError(f"the folded convolution unrolls at most {FOLDED_MAX_K} reduction indices (input channels x taps); this one has {k}")
     c_in_g, c_out_g = w5.shape[1], w5.shape[0] // groups

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.conv.window import window_sizes
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
 from kernels.gemm.tiles import gemm_f32x3, gemm_mma
@@ -125,13 +126,6 @@ def conv_store_tile(
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def _conv_tuple(value, nd: int) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) * nd
-    value = tuple(int(v) for v in value)
-    return value * nd if len(value) == 1 else value
-
-
 def _conv_5d(t: torch.Tensor) -> torch.Tensor:
     """An N C [D] [H] W tensor as 5-D (size-1 dimensions inserted as views)."""
     while t.dim() < 5:
@@ -172,7 +166,7 @@ def _span(t: torch.Tensor, first: int) -> int:
 
 def conv_output_shape(x, weight, stride, padding, dilation, transposed, output_padding, groups) -> tuple[int, ...]:
     nd = x.dim() - 2
-    s, p, d, op = (_conv_tuple(v, nd) for v in (stride, padding, dilation, output_padding))
+    s, p, d, op = (window_sizes(v, nd) for v in (stride, padding, dilation, output_padding))
     k = weight.shape[2:]
     if transposed:
         spatial = [(x.shape[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op[i] + 1 for i in range(nd)]
@@ -212,7 +206,7 @@ def conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_pa
     # nearest: on the CPU the kernel stores float32 and torch rounds once, as the GPU does.
     y = torch.empty(shape, device=x.device, dtype=x.dtype if x.is_cuda else torch.float32)
     epilogue = ew_epilogue_args(post, tuple(shape), y)
-    s, p, d = (_conv_tuple(v, nd) for v in (stride, padding, dilation))
+    s, p, d = (window_sizes(v, nd) for v in (stride, padding, dilation))
     lead = 3 - nd
     geometry = ((1,) * lead + s, (0,) * lead + p, (1,) * lead + d)
     return y, epilogue, geometry, (_conv_5d(x), _conv_5d(weight), _conv_5d(y)), f32x3

@@ -1,6 +1,6 @@
 """What the kernels that slide a window over a plane share (``kernels/conv/depthwise.py``,
-``kernels/pool/kernel.py``): which output positions a program computes and where each of the
-window's taps reads them. Imports only Triton.
+``kernels/pool/kernel.py``; the sizes, every convolution): which output positions a program computes and where each of the
+window's taps reads them, and a window's sizes given per dimension. Imports only Triton.
 
 A program computes ``BLOCK`` consecutive output positions of one plane (a sample's channel); a
 plane's blocks are consecutive programs of a one-dimensional grid (room for any count). Inputs
@@ -8,6 +8,15 @@ are 5-D views ``(N, C, D, H, W)`` with their own strides; outputs are indexed as
 
 import triton
 import triton.language as tl
+
+
+def window_sizes(value, nd: int) -> tuple[int, ...]:
+    """A size, stride, padding or dilation argument as ``nd`` ints (one int, or one in a list,
+    for every dimension), as PyTorch's convolutions and pools read it."""
+    if isinstance(value, int):
+        return (value,) * nd
+    value = tuple(int(v) for v in value)
+    return value * nd if len(value) == 1 else value
 
 
 @triton.jit

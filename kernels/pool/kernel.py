@@ -23,7 +23,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
-from kernels.conv.window import window_positions, window_tap
+from kernels.conv.window import window_positions, window_sizes, window_tap
 
 POOL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The most taps a window may have (each is compiled in).
@@ -87,13 +87,6 @@ def pool_kernel(
     tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=valid)
 
 
-def _tuple(value, nd: int) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) * nd
-    value = tuple(int(v) for v in value)
-    return value * nd if len(value) == 1 else value
-
-
 def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
     """PyTorch's pooled length: with ``ceil_mode`` the last window may start past the input's end
     but not past the left padding's reach into it."""
@@ -119,7 +112,7 @@ def pool_supported(x, kind: str, kernel_size, stride, padding, dilation) -> str:
     nd = _pooled_dims(x, kernel_size)
     if not 1 <= nd <= 3 or x.dim() < nd + 1:
         return f"1-3 pooled dimensions after at least one channel dimension (got {nd} of a {x.dim()}-D input)"
-    k, s, p, d = (_tuple(v, nd) for v in (kernel_size, stride or kernel_size, padding, dilation))
+    k, s, p, d = (window_sizes(v, nd) for v in (kernel_size, stride or kernel_size, padding, dilation))
     if any(len(v) != nd for v in (k, s, p, d)):
         return "as many sizes, strides, paddings and dilations as pooled dimensions"
     if any(v <= 0 for v in k + s + d) or any(v < 0 or 2 * v > kk for v, kk in zip(p, k)):
@@ -141,7 +134,7 @@ def pool(
     if why_not:
         raise ValueError(f"the pooling kernel does not cover this call: {why_not}")
     nd = _pooled_dims(x, kernel_size)
-    k, s, p, d = (_tuple(v, nd) for v in (kernel_size, stride or kernel_size, padding, 1 if kind == "avg" else dilation))
+    k, s, p, d = (window_sizes(v, nd) for v in (kernel_size, stride or kernel_size, padding, 1 if kind == "avg" else dilation))
     spatial_in = tuple(x.shape[x.dim() - nd:])
     out_spatial = tuple(pool_output_size(*args, ceil_mode) for args in zip(spatial_in, k, s, p, d))
     if any(o <= 0 for o in out_spatial):
