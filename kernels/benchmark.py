@@ -147,12 +147,14 @@ def _write(out_dir: str, rows: list[dict], device: str, command: str) -> None:
     (out / "wins.json").write_text(json.dumps(wins_table(rows, device, command), indent=1) + "\n")
 
 
-def pattern_args(doc: str, script: str):
-    """A family benchmark's command line (``--out``, ``--patterns``, ``--budget-s``) parsed, and
-    the command as the report prints it."""
+def pattern_args(doc: str, script: str, extra: Callable[[argparse.ArgumentParser], None] | None = None):
+    """A family benchmark's command line (``--out``, ``--patterns``, ``--budget-s``, and what
+    ``extra`` adds to the parser) parsed, and the command as the report prints it."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
     return parser.parse_args(), " ".join(["python", script] + sys.argv[1:])
 
@@ -178,13 +180,12 @@ def pattern_table(rows: list[dict], title: str, command: str, rivals: list[tuple
     return "\n".join(lines) + "\n"
 
 
-def run_patterns(found, measure: Callable, out: Path, stem: str, title: str, command: str, budget_s: float, rivals: list[tuple[str, str]],
-                 device: str | None = None, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+def run_patterns(found, measure: Callable, out: Path, stem: str, table: Callable[[list[dict]], str], budget_s: float,
+                 clock: Callable[[], float] = time.perf_counter) -> list[dict]:
     """Each ``(name, eager, kloom, tolerance)`` pattern measured by ``measure`` (a row), one failing
     pattern reported and the others still run, none started after ``budget_s``; ``<stem>.json``
-    and ``<stem>.md`` (``pattern_table``) under ``out`` rewritten after every pattern, so a run
-    cut short keeps what it measured."""
-    device = device or torch.cuda.get_device_name()
+    and ``<stem>.md`` (``table`` of the rows, e.g. ``pattern_table``) under ``out`` rewritten after
+    every pattern, so a run cut short keeps what it measured."""
     started = clock()
     rows: list[dict] = []
     for name, eager, kloom, tol in found:
@@ -199,5 +200,5 @@ def run_patterns(found, measure: Callable, out: Path, stem: str, title: str, com
             torch.cuda.empty_cache()
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
-        (out / f"{stem}.md").write_text(pattern_table(rows, title, command, rivals, device))
+        (out / f"{stem}.md").write_text(table(rows))
     return rows

@@ -41,7 +41,7 @@ def test_every_template_kind_has_a_benchmark():
 def test_a_family_benchmark_keeps_every_pattern_it_measured_and_says_why_the_others_are_missing(tmp_path):
     """``run_patterns``: a pattern that raises is a row with its error, the others still run, none
     starts after the budget, and the table is rewritten after every pattern."""
-    from kernels.benchmark import run_patterns
+    from kernels.benchmark import pattern_table, run_patterns
 
     def measure(name, eager, kloom, tol):
         if name == "bad":
@@ -50,8 +50,8 @@ def test_a_family_benchmark_keeps_every_pattern_it_measured_and_says_why_the_oth
 
     found = [("good", lambda: 2.0, lambda: 1.0, (1e-4, 1e-4)), ("bad", None, None, None), ("late", lambda: 1.0, lambda: 1.0, None)]
     ticks = iter([0.0, 0.0, 0.0, 99.0])  # the start, then before each pattern: the third starts past the budget
-    rows = run_patterns(found, measure, tmp_path, "bench_x", "X vs inductor", "cmd", 10.0, [("compile default", "default_ms")], device="GPU",
-                        clock=lambda: next(ticks))
+    table = lambda rows: pattern_table(rows, "X vs inductor", "cmd", [("compile default", "default_ms")], "GPU")  # noqa: E731
+    rows = run_patterns(found, measure, tmp_path, "bench_x", table, 10.0, clock=lambda: next(ticks))
     assert [r.get("error", "") for r in rows] == ["", "RuntimeError: out of resources", "TimeoutError: not started: over the time budget"]
     assert [r["pattern"] for r in json.loads((tmp_path / "bench_x.json").read_text())] == ["good", "bad", "late"]
     table = (tmp_path / "bench_x.md").read_text()

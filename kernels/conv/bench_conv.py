@@ -26,7 +26,7 @@ from kernels.conv.depthwise import conv_depthwise  # noqa: E402
 from kernels.conv.folded import conv_folded  # noqa: E402
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
-from kernels.benchmark import pattern_args, run_patterns  # noqa: E402
+from kernels.benchmark import pattern_args, pattern_table, run_patterns  # noqa: E402
 from kernels.gemm.bench_gemm import bench_ms, compare, selected  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict's --layouts reads)
@@ -122,8 +122,9 @@ def main() -> None:
     args, command = pattern_args(__doc__, "kernels/conv/bench_conv.py")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    run_patterns(selected(patterns(), args.patterns), measure, args.out, "bench_conv", "Convolution kernel vs cuDNN and inductor", command,
-                 args.budget_s, [("cudnn.benchmark", "cudnn_benchmark_ms"), ("compile default", "default_ms")])
+    rivals, device = [("cudnn.benchmark", "cudnn_benchmark_ms"), ("compile default", "default_ms")], torch.cuda.get_device_name()
+    run_patterns(selected(patterns(), args.patterns), measure, args.out, "bench_conv",
+                 lambda rows: pattern_table(rows, "Convolution kernel vs cuDNN and inductor", command, rivals, device), args.budget_s)
 
 
 if __name__ == "__main__":

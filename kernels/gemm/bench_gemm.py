@@ -11,9 +11,6 @@ Writes ``bench_gemm.json`` and ``bench_gemm.md`` under ``--out`` after every pat
 no pattern after ``--budget-s``. Imports torch, triton, the standard library and kernel modules.
 """
 
-import argparse
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -24,6 +21,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kernels.benchmark import pattern_args, run_patterns  # noqa: E402
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.gemm.matmul import gemm, gemm_tuned_configs  # noqa: E402
 
@@ -122,34 +120,20 @@ def report(rows: list[dict], modes, command: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--patterns", nargs="*", default=None, help="only patterns whose name contains one of these words")
-    parser.add_argument("--max-autotune", nargs="*", default=[], help="patterns (words of their names) also compiled with max-autotune")
-    parser.add_argument("--budget-s", type=float, default=math.inf, help="start no pattern after this many seconds")
-    args = parser.parse_args()
-    command = " ".join(["python", "kernels/gemm/bench_gemm.py"] + sys.argv[1:])
-    started = time.perf_counter()
+    args, command = pattern_args(__doc__, "kernels/gemm/bench_gemm.py", lambda parser: parser.add_argument(
+        "--max-autotune", nargs="*", default=[], help="patterns (words of their names) also compiled with max-autotune"))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     modes = ("default",) + (("max-autotune",) if args.max_autotune else ())
-    rows = []
-    for name, eager, kloom, tol in selected(patterns(), args.patterns):
-        mine = ("default",) + (("max-autotune",) if any(w in name for w in args.max_autotune) else ())
-        try:
-            if time.perf_counter() - started > args.budget_s:
-                raise TimeoutError("not started: over the time budget")
-            rows.append(compare(name, eager, kloom, mine, tol))
-        except Exception as exc:  # one failing pattern is reported, the others still run
-            rows.append({"pattern": name, "error": f"{type(exc).__name__}: {exc}"[:300], "eager_ms": math.nan, "kloom_ms": math.nan, "kloom_error": math.inf})
-        print(rows[-1], flush=True)
-        torch.cuda.empty_cache()
-        # Written after every pattern: a run cut short by its time limit keeps what it measured.
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_gemm.json").write_text(json.dumps(rows, indent=1))
-        ok = [r for r in rows if "error" not in r]
-        (args.out / "bench_gemm.md").write_text(report(ok, modes, command) + "".join(f"\n- {r['pattern']}: {r['error']}" for r in rows if "error" in r))
 
+    def measure(name, eager, kloom, tol) -> dict:
+        return compare(name, eager, kloom, ("default",) + (("max-autotune",) if any(w in name for w in args.max_autotune) else ()), tol)
+
+    def table(rows: list[dict]) -> str:
+        ok = [r for r in rows if "error" not in r]
+        return report(ok, modes, command) + "".join(f"\n- {r['pattern']}: {r['error']}" for r in rows if "error" in r)
+
+    run_patterns(selected(patterns(), args.patterns), measure, args.out, "bench_gemm", table, args.budget_s)
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.benchmark import pattern_args, run_patterns  # noqa: E402
+from kernels.benchmark import pattern_args, pattern_table, run_patterns  # noqa: E402
 from kernels.gemm.bench_gemm import compare, selected  # noqa: E402
 from kernels.pool.kernel import pool  # noqa: E402
 
@@ -48,8 +48,10 @@ def patterns():
 
 def main() -> None:
     args, command = pattern_args(__doc__, "kernels/pool/bench_pool.py")
+    device = torch.cuda.get_device_name()
     run_patterns(selected(patterns(), args.patterns), lambda *pattern: compare(*pattern[:3], ("default",), pattern[3]), args.out, "bench_pool",
-                 "Pooling kernel vs PyTorch and inductor", command, args.budget_s, [("compile default", "default_ms")])
+                 lambda rows: pattern_table(rows, "Pooling kernel vs PyTorch and inductor", command, [("compile default", "default_ms")], device),
+                 args.budget_s)
 
 
 if __name__ == "__main__":
