@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup
+from kernels.conv.launch import launch
 from kernels.elementwise.program import ew_epilogue
 from kernels.conv.window import window_positions, window_tap
 
@@ -80,9 +81,8 @@ def depthwise_configs() -> list[triton.Config]:
     return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 4), (1024, 8), (2048, 8))]
 
 
-_DEPTHWISE_TUNED = triton.autotune(
-    configs=depthwise_configs(), key=["C_OUT", "ID", "IH", "IW", "OD", "OH", "OW", "sx_c", "sx_h", "sx_w", "KD", "KH", "KW", "MULT", "PADDED"]
-)(conv_depthwise_kernel)
+#: What re-tunes the depthwise kernel: the sizes, the input's layout and the compiled-in window.
+DEPTHWISE_TUNE_KEY = ["C_OUT", "ID", "IH", "IW", "OD", "OH", "OW", "sx_c", "sx_h", "sx_w", "KD", "KH", "KW", "MULT", "PADDED"]
 
 
 def conv_depthwise(
@@ -111,10 +111,6 @@ def conv_depthwise(
     def grid(meta):
         return (triton.cdiv(spatial, meta["BLOCK"]) * x.shape[0] * c_out,)
 
-    if config is None and not x.is_cuda:
-        config = triton.Config({"BLOCK": 64}, num_warps=4)
-    if config is not None:
-        conv_depthwise_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps)
-    else:
-        _DEPTHWISE_TUNED[grid](*args, **constants)
+    launch(conv_depthwise_kernel, grid, args, constants, DEPTHWISE_TUNE_KEY, on_gpu=x.is_cuda, config=config,
+           cpu_config=triton.Config({"BLOCK": 64}, num_warps=4), gpu_configs=depthwise_configs)
     return y.to(x.dtype)

@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
-from kernels.gemm.tiles import autotuned, gemm_mma, gemm_tile_order
+from kernels.conv.launch import launch
+from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 #: The widest reduction (input channels of a group times the filter's taps) the kernel unrolls:
 #: each step of it is compiled in, so a wider window is the tap-outer kernel's.
@@ -144,10 +145,7 @@ def conv_folded(
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(c_out_g, meta["BLOCK_N"]), groups)
 
-    if config is None and not x.is_cuda:
-        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4, num_stages=1)
-    if config is not None:
-        conv_folded_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        autotuned(conv_folded_kernel, conv_folded_configs(x.dtype, c_out_g, k), FOLDED_TUNE_KEY)[grid](*args, **constants)
+    launch(conv_folded_kernel, grid, args, constants, FOLDED_TUNE_KEY, on_gpu=x.is_cuda, config=config,
+           cpu_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4, num_stages=1),
+           gpu_configs=lambda: conv_folded_configs(x.dtype, c_out_g, k))
     return y.to(x.dtype)

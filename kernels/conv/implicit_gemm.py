@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.conv.launch import launch
 from kernels.conv.window import window_sizes
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
@@ -184,11 +185,8 @@ def conv_configs(dtype: torch.dtype) -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s) for m, n, k, w, s in shapes]
 
 
-#: One autotuner per dtype (the K step differs), sharing ``conv_kernel``'s compiled variants.
-CONV_TUNERS = {
-    dtype: triton.autotune(configs=conv_configs(dtype), key=["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KD", "KH", "KW", "F32X3"])(conv_kernel)
-    for dtype in CONV_DTYPES
-}
+#: What re-tunes the implicit-GEMM kernel: the sizes, the filter's shape and the precision.
+CONV_TUNE_KEY = ["N", "C_IN_G", "ID", "IH", "IW", "C_OUT_G", "OD", "OH", "OW", "KD", "KH", "KW", "F32X3"]
 
 
 def conv_setup(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, post, precision) -> tuple:
@@ -238,10 +236,7 @@ def conv_forward(
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(c_out_g, meta["BLOCK_N"]), groups)
 
-    if config is None and not x.is_cuda:
-        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}, num_warps=4, num_stages=1)
-    if config is not None:
-        conv_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        CONV_TUNERS[x.dtype][grid](*args, **constants)
+    launch(conv_kernel, grid, args, constants, CONV_TUNE_KEY, on_gpu=x.is_cuda, config=config,
+           cpu_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}, num_warps=4, num_stages=1),
+           gpu_configs=lambda: conv_configs(x.dtype))
     return y.to(x.dtype)

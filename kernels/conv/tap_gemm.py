@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
-from kernels.gemm.tiles import autotuned, gemm_mma, gemm_tile_order
+from kernels.conv.launch import launch
+from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 
 @triton.jit
@@ -201,10 +202,7 @@ def conv_taps(
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(c_out_g, meta["BLOCK_N"]), groups * phases)
 
-    if config is None and not x.is_cuda:
-        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4, num_stages=1)
-    if config is not None:
-        conv_taps_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        autotuned(conv_taps_kernel, conv_taps_configs(x.dtype, c_in_g, "tf32x3" if f32x3 else "ieee"), TAPS_TUNE_KEY)[grid](*args, **constants)
+    launch(conv_taps_kernel, grid, args, constants, TAPS_TUNE_KEY, on_gpu=x.is_cuda, config=config,
+           cpu_config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4, num_stages=1),
+           gpu_configs=lambda: conv_taps_configs(x.dtype, c_in_g, "tf32x3" if f32x3 else "ieee"))
     return y.to(x.dtype)

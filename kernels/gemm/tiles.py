@@ -1,7 +1,6 @@
 """Pieces every tiled product kernel of the library shares (``matmul.py``, the convolutions in
 ``kernels/conv``): the order programs take their output tiles in, the precisions their launchers
-take, one multiply-accumulate step at the precision asked for, and their autotuners. Imports only
-torch and Triton."""
+take, and one multiply-accumulate step at the precision asked for. Imports only torch and Triton."""
 
 import torch
 import triton
@@ -52,16 +51,3 @@ def gemm_mma(a, b, acc, UPCAST: tl.constexpr, F32X3: tl.constexpr):
         acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
     return acc
 
-
-_AUTOTUNERS: dict[tuple, object] = {}
-
-
-def autotuned(kernel, configs: list[triton.Config], key: list[str]):
-    """``kernel`` autotuned over ``configs`` (re-tuned when an argument named in ``key`` changes):
-    one autotuner per kernel and configuration list, so launchers that choose their configurations
-    per call share each autotuner's measurements and the kernel's compiled variants."""
-    configs_key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
-    cache_key = (kernel.__name__, configs_key, tuple(key))
-    if cache_key not in _AUTOTUNERS:
-        _AUTOTUNERS[cache_key] = triton.autotune(configs=configs, key=key)(kernel)
-    return _AUTOTUNERS[cache_key]

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
+from kernels.conv.launch import launch
 from kernels.conv.window import window_positions, window_sizes, window_tap
 
 POOL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -165,12 +166,8 @@ def pool(
     def grid(meta):
         return (triton.cdiv(count, meta["BLOCK"]) * x5.shape[0] * x5.shape[1],)
 
-    if config is None and not x.is_cuda:
-        config = triton.Config({"BLOCK": 64}, num_warps=4)
-    if config is not None:
-        pool_kernel[grid(config.kwargs)](*args, **constants, **config.kwargs, num_warps=config.num_warps)
-    else:
-        _POOL_TUNED[grid](*args, **constants)
+    launch(pool_kernel, grid, args, constants, POOL_TUNE_KEY, on_gpu=x.is_cuda, config=config,
+           cpu_config=triton.Config({"BLOCK": 64}, num_warps=4), gpu_configs=pool_configs)
     return y.to(x.dtype)
 
 
@@ -179,6 +176,5 @@ def pool_configs() -> list[triton.Config]:
     return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 4), (1024, 8))]
 
 
-_POOL_TUNED = triton.autotune(
-    configs=pool_configs(), key=["C", "ID", "IH", "IW", "OD", "OH", "OW", "sx_c", "sx_h", "sx_w", "IS_MAX", "KD", "KH", "KW", "PADDED"]
-)(pool_kernel)
+#: What re-tunes the pooling kernel: the sizes, the input's layout and the compiled-in window.
+POOL_TUNE_KEY = ["C", "ID", "IH", "IW", "OD", "OH", "OW", "sx_c", "sx_h", "sx_w", "IS_MAX", "KD", "KH", "KW", "PADDED"]
