@@ -44,6 +44,7 @@ from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS
 from kloom.opgraph import decode_float
 
 from .chains import Chain, follow
+from .t_common import int_list
 from .templates import GraphView, Match, RegionCost, nbytes, register
 
 GEMM_MODULE = "kernels.gemm.matmul"
@@ -80,13 +81,6 @@ FP32_HOW = {
 FP32X3_SPEEDUP = 1.5
 #: The first step of an ``addmm``'s chain: ``x + bias`` with the bias as operand 0.
 _ADD_BIAS = (EW_OPS["add"].code, 0, 0, EW_OPERAND)
-
-
-def _ints(value) -> list | None:
-    if isinstance(value, dict) and "list" in value:
-        items = [decode_float(v) for v in value["list"]]
-        return items if all(isinstance(v, int) for v in items) else None
-    return [value] if isinstance(value, int) else None
 
 
 def _chain_post(chain: Chain | None, read, prefix: tuple = (), loaded: tuple = ()) -> str:
@@ -212,7 +206,7 @@ class GemmEpilogue(_KindTemplate):
             if isinstance(dim, int) and dim in (-1, last) and not node.arg("half_to_float") and shape[-1] <= MAX_ROW_TILE:
                 return f", row={ROW_OPS[node.op]!r}", node.outputs[0], False
         if node.op in REDUCTIONS and node.overload in ("", "dim_IntList", "dim"):
-            dims = _ints(node.arg("dim"))
+            dims = int_list(node.arg("dim"))
             if dims in ([-1], [last]) and node.arg("dtype") is None and view.tensor(node.outputs[0]).dtype in KERNEL_DTYPES:
                 return f", reduce={REDUCTIONS[node.op]!r}", node.outputs[0], bool(node.arg("keepdim"))
         return "", out, False
@@ -252,7 +246,7 @@ class ConvEpilogue(_KindTemplate):
             return None
         settings = [node.arg(n) for n in ("stride", "padding", "dilation", "transposed", "output_padding", "groups")]
         stride, padding, dilation, transposed, output_padding, groups = settings
-        if any(_ints(v) is None for v in (stride, padding, dilation, output_padding)) or not isinstance(groups, int):
+        if any(int_list(v) is None for v in (stride, padding, dilation, output_padding)) or not isinstance(groups, int):
             return None
         out = node.outputs[0]
         chain = follow(view.with_claimed(frozenset([node.index])), out)
@@ -280,7 +274,7 @@ class ConvEpilogue(_KindTemplate):
         flops = 2 * view.tensor(out).numel * k
         reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
         cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
-        args = ", ".join(repr(_ints(v)) for v in (stride, padding, dilation))
+        args = ", ".join(repr(int_list(v)) for v in (stride, padding, dilation))
         ops = len(chain.nodes) if chain else 0
         bias_arg = lambda names: names.read(bias["tensor"]) if bias else "None"  # noqa: E731
         shape = list(view.tensor(x).shape)
@@ -311,11 +305,11 @@ class ConvEpilogue(_KindTemplate):
             )
             layout = ", channels_last=True" if last else ""
             call = lambda names: (f"conv_taps({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
-                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\"{layout})")
+                                  f"{int_list(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\"{layout})")
         else:
             module, how = CONV_MODULE, f"{'transposed ' if transposed else ''}convolution {shape} {dtype} as an implicit GEMM with its bias"
             call = lambda names: (f"conv_forward({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {bool(transposed)}, "  # noqa: E731
-                                  f"{_ints(output_padding)!r}, {groups}, {_chain_post(chain, names.read)})")
+                                  f"{int_list(output_padding)!r}, {groups}, {_chain_post(chain, names.read)})")
         return Match(
             template=self.name,
             kind=kind,

@@ -13,7 +13,7 @@ import math
 
 from kloom.opgraph import VIEW_OPS, OpNode
 
-from .t_common import chain_code, cost, epilogue, float_tensor
+from .t_common import chain_code, cost, epilogue, float_tensor, int_list
 from .templates import GraphView, Match, register
 
 #: Pooling operators by aten name: (kind, pooled dimensions).
@@ -34,12 +34,10 @@ POOL_MAX_TAPS = 512
 
 def _ints(value, nd: int) -> tuple[int, ...] | None:
     """A size argument as ``nd`` ints (an empty list, as PyTorch's default stride, is None)."""
-    if isinstance(value, int):
-        return (value,) * nd
-    if isinstance(value, dict) and "list" in value and all(isinstance(v, int) for v in value["list"]):
-        items = tuple(value["list"])
-        return items * nd if len(items) == 1 else items if len(items) == nd else None
-    return None
+    items = int_list(value)
+    if items is None:
+        return None
+    return tuple(items) * nd if len(items) == 1 else tuple(items) if len(items) == nd else None
 
 
 def _dead_views(view: GraphView, tid: int) -> set[int] | None:
