@@ -37,7 +37,6 @@ def conv_depthwise_kernel(
     C_OUT, ID, IH, IW, OD, OH, OW,
     sd, sh, sw, pd, ph, pw,
     sx_n, sx_c, sx_d, sx_h, sx_w,
-    sy_n, sy_c, sy_d, sy_h, sy_w,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr, N_OPS: tl.constexpr, ONUMEL: tl.constexpr,
     POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     HAS_BIAS: tl.constexpr, PADDED: tl.constexpr, MULT: tl.constexpr,
@@ -46,8 +45,8 @@ def conv_depthwise_kernel(
 ):
     """``BLOCK`` output positions of one plane (sample ``n``, output channel ``co``, reading input
     channel ``co // MULT``): a plane's blocks are consecutive programs (one grid dimension, which
-    has room for any count). The weight is ``(C_OUT, KD * KH * KW)`` contiguous."""
-    plane, n, co, q, valid, od, oh, ow, id0, ih0, iw0 = window_positions(C_OUT, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
+    has room for any count). The weight is ``(C_OUT, KD * KH * KW)`` contiguous, and so is the output."""
+    plane, n, co, q, valid, id0, ih0, iw0 = window_positions(C_OUT, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
     x_pos = x_ptr + n * sx_n + (co // MULT).to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for t in tl.static_range(KD * KH * KW):
@@ -59,7 +58,7 @@ def conv_depthwise_kernel(
         acc += tl.load(bias_ptr + co).to(tl.float32)
     idx = plane.to(tl.int64) * (OD * OH * OW) + q
     acc = ew_epilogue(acc, idx, valid, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(y_ptr + n * sy_n + co.to(tl.int64) * sy_c + od * sy_d + oh * sy_h + ow * sy_w, acc.to(y_ptr.dtype.element_ty), mask=valid)
+    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=valid)
 
 
 def depthwise_supported(x, weight, groups, transposed=False) -> str:
@@ -103,7 +102,7 @@ def conv_depthwise(
     spatial = y5.shape[2] * y5.shape[3] * y5.shape[4]
     args = [
         x5, w_flat, y5, bias if bias is not None else y5, *(epilogue.pop(f"q{i}") for i in range(4)),
-        c_out, *x5.shape[2:], *y5.shape[2:], *s, *p, *x5.stride(), *y5.stride(),
+        c_out, *x5.shape[2:], *y5.shape[2:], *s, *p, *x5.stride(),
     ]
     kd, kh, kw = w5.shape[2:]
     constants = dict(epilogue, HAS_BIAS=bias is not None, PADDED=any(p), MULT=c_out // groups, KD=kd, KH=kh, KW=kw, DD=d[0], DH=d[1], DW=d[2])

@@ -22,8 +22,9 @@ def window_sizes(value, nd: int) -> tuple[int, ...]:
 @triton.jit
 def window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK: tl.constexpr):
     """Program ``program_id(0)``'s plane (``n``, ``c`` of ``C`` channels), its positions ``q``
-    (clamped to 0 past the end), which of them are ``valid``, and each position's output
-    ``(od, oh, ow)`` and window origin ``(id0, ih0, iw0)`` in the input (negative in the padding)."""
+    (clamped to 0 past the end), which of them are ``valid``, and each position's window origin
+    ``(id0, ih0, iw0)`` in the input (negative in the padding). A position's output element is
+    ``plane * OD * OH * OW + q`` of the contiguous output."""
     blocks = tl.cdiv(OD * OH * OW, BLOCK)
     plane = tl.program_id(0) // blocks
     n = (plane // C).to(tl.int64)
@@ -34,7 +35,7 @@ def window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK: tl.constexpr)
     ow = q % OW
     oh = (q // OW) % OH
     od = q // (OW * OH)
-    return plane, n, c, q, valid, od, oh, ow, od * sd - pd, oh * sh - ph, ow * sw - pw
+    return plane, n, c, q, valid, od * sd - pd, oh * sh - ph, ow * sw - pw
 
 
 @triton.jit

@@ -48,7 +48,7 @@ def pool_kernel(
     """``BLOCK`` output positions of one plane (sample ``n``, channel ``c``); a plane's blocks are
     consecutive programs. The output is contiguous ``(N, C, OD, OH, OW)``. ``PADDED``: a window may
     reach outside the input (padding, or ``ceil_mode``'s last windows)."""
-    plane, n, c, q, valid, od, oh, ow, id0, ih0, iw0 = window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
+    plane, n, c, q, valid, id0, ih0, iw0 = window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
     x_pos = x_ptr + n * sx_n + c.to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
     if IS_MAX:
         acc = tl.full((BLOCK,), float("-inf"), tl.float32)
