@@ -19,6 +19,8 @@ from typing import Callable
 import torch
 import triton
 
+from kloom.batch.aggregate import geomean
+
 
 @dataclass
 class Case:
@@ -90,8 +92,8 @@ def wins_table(rows: list[dict], device: str, command: str) -> dict:
         crashed = any(r["kind"] == kind and not r.get("failure", "skipped").startswith("skipped") for r in rows)
         if not mine:
             continue
-        geo = math.exp(sum(math.log(r["vs_inductor"]) for r in mine) / len(mine))
-        vs_eager = math.exp(sum(math.log(r["vs_eager"]) for r in mine) / len(mine))
+        geo = geomean([r["vs_inductor"] for r in mine])
+        vs_eager = geomean([r["vs_eager"] for r in mine])
         correct = all(r["correct"] for r in mine) and not crashed
         kinds[kind] = {"vs_inductor": round(geo, 4), "vs_eager": round(vs_eager, 4), "cases": len(mine), "correct": correct, "wins": correct and geo >= 1.0}
     return {"measured_on": device, "command": command, "kinds": kinds}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass, replace
 from datetime import date
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import torch
 import triton
+
+from kloom.batch.aggregate import geomean
 
 WINS_FILE = Path(__file__).resolve().parent / "wins.json"
 
@@ -56,10 +57,6 @@ class Verdict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items() if v is not None}
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def select(rows: list[dict], match: list[str], exclude: list[str], require: list[str] = ()) -> list[dict]:
     """The rows whose pattern holds one of ``match``, none of ``exclude`` and all of ``require``."""
     return [
@@ -82,7 +79,7 @@ def verdict(rows: list[dict], measured_on: str, command: str) -> Verdict:
         if have and len(have) != len(rows):
             raise NoVerdict(f"{column} measured on {len(have)} of {len(rows)} cases")
         if have:
-            ratios[name] = _geomean([r[column] / r["kloom_ms"] for r in rows])
+            ratios[name] = geomean([r[column] / r["kloom_ms"] for r in rows])
     if "vs_eager" not in ratios or "vs_inductor" not in ratios:
         raise NoVerdict("the rows hold no eager or no compile-default time")
     wins = correct and all(v > 1.0 for v in ratios.values())
