@@ -254,24 +254,24 @@ class ConvEpilogue(_KindTemplate):
         final = chain.output if chain else out
         kind = "conv_lowp" if dtype != "float32" else ("conv_transposed_fp32" if transposed else "conv_fp32")
         c_in_g = view.tensor(w).shape[0] // groups if transposed else view.tensor(w).shape[1]
-        window = c_in_g * math.prod(view.tensor(w).shape[2:])
-        taps = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
+        taps = math.prod(view.tensor(w).shape[2:])
+        window = c_in_g * taps  # each output's reduction: a group's input channels times the taps
+        tap_outer = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
         folded = self.kind == "conv_folded_fp32x3" and kind == "conv_fp32"
         depthwise = self.kind == "conv_depthwise"
         if depthwise:
             # One input channel a group, every input channel its own group.
-            if transposed or c_in_g != 1 or groups != view.tensor(x).shape[1] or math.prod(view.tensor(w).shape[2:]) > DEPTHWISE_MAX_TAPS:
+            if transposed or c_in_g != 1 or groups != view.tensor(x).shape[1] or taps > DEPTHWISE_MAX_TAPS:
                 return None
             kind = self.kind
-        elif taps or folded:
+        elif tap_outer or folded:
             # Few input channels a group: the whole window is one reduction (``folded.py``);
             # more: the taps outermost (``tap_gemm.py``).
             few = c_in_g < TAPS_MIN_CHANNELS
             if few != folded or (folded and (window > FOLDED_MAX_K or _out_channels_g(view, w, groups) < FOLDED_MIN_OUT_CHANNELS)):
                 return None
             kind = self.kind
-        k = math.prod(view.tensor(w).shape[1:]) if not transposed else view.tensor(w).shape[0] // groups * math.prod(view.tensor(w).shape[2:])
-        flops = 2 * view.tensor(out).numel * k
+        flops = 2 * view.tensor(out).numel * window
         reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
         cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
         args = ", ".join(repr(int_list(v)) for v in (stride, padding, dilation))
@@ -293,7 +293,7 @@ class ConvEpilogue(_KindTemplate):
             )
             call = lambda names: (f"conv_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
                                   f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
-        elif taps:
+        elif tap_outer:
             # The layout the GPU benchmark's verdict was measured in (``kernels/verdict.py --layouts``).
             verdict = view.verdicts.get(kind)
             last = bool(verdict and verdict.channels_last)
