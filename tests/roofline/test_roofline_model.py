@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kloom.roofline import HardwareProfile, RooflineTerms, estimate
+from kloom.roofline import HardwareProfile, RooflineTerms, builtin_profiles, estimate
 from kloom.roofline.model import bus_factor, collective_link_bytes
 
 PROFILE = HardwareProfile(
@@ -33,6 +33,17 @@ def test_dtype_picks_the_matmul_rate_and_unknown_dtypes_fall_back_to_fp32():
     assert estimate(terms, PROFILE).compute_ms == pytest.approx(1.0)
     assert estimate(RooflineTerms(flops=1e11, dtype="fp8"), PROFILE).compute_ms == pytest.approx(1.0)
 
+
+
+def test_a_float32_floor_counts_three_tf32_products_where_they_are_faster():
+    """kloom's tf32x3 kernels compute float32-accurate products on tensor cores: on an H100 (TF32
+    380, float32 60 TFLOP/s) a float32 floor is set by 380 / 3, not by the CUDA cores' 60."""
+    h100 = builtin_profiles()["h100"]
+    assert h100.rate("float32") == pytest.approx(380.0 / 3) and h100.rate("tf32") == 380.0
+    assert estimate(RooflineTerms(flops=380e9 / 3), h100).compute_ms == pytest.approx(1.0)
+    slow_tf32 = HardwareProfile(name="x", description="", matmul_tflops={"fp32": 100.0, "tf32": 150.0}, hbm_gbps=1.0, link_gbps=0.0)
+    assert slow_tf32.rate("fp32") == 100.0
+    assert PROFILE.rate("fp32") == 100.0  # no TF32 figure: the CUDA cores' rate
 
 def test_a_profile_without_links_ignores_link_bytes():
     no_link = HardwareProfile(name="one", description="", matmul_tflops={"fp32": 1.0}, hbm_gbps=1.0, link_gbps=0.0)
