@@ -172,11 +172,29 @@ class OpGraph:
             a = self.tensors[args[-2] if node.op in ("aten::addmm", "aten::baddbmm") else args[0]]
             return 2 * out.numel * a.shape[-1]
         if node.op == "aten::convolution":
-            weight = self.tensors[args[1]]
-            groups = node.arg("groups", 1) or 1
-            per_output = weight.shape[0] // groups * math.prod(weight.shape[2:]) if node.arg("transposed") else math.prod(weight.shape[1:])
-            return 2 * out.numel * per_output
+            return self._convolution_flops(node, self.tensors[args[0]], self.tensors[args[1]], out)
         return 0
+
+    @staticmethod
+    def _convolution_flops(node: OpNode, x: TensorInfo, weight: TensorInfo, out: TensorInfo) -> int:
+        """Multiply-adds of a convolution that land: a tap reading outside the input (padding) and,
+        for a transposed convolution, an input's contribution to a cropped-off or skipped output
+        (stride, padding) do no work. Counted per spatial dimension (they are independent), times
+        batch x output channels x input channels a group."""
+        spatial = len(weight.shape) - 2
+        if spatial < 1 or len(x.shape) != spatial + 2 or len(out.shape) != spatial + 2:
+            return 0
+        transposed = bool(node.arg("transposed"))
+        groups = node.arg("groups", 1) or 1
+        in_per_group = weight.shape[0] // groups if transposed else weight.shape[1]
+        pairs = 1
+        for d in range(spatial):
+            stride, padding, dilation = (_dim(node.arg(name), d, default) for name, default in (("stride", 1), ("padding", 0), ("dilation", 1)))
+            # A forward convolution walks outputs and reads inputs; a transposed one walks inputs
+            # and writes outputs, at the same index arithmetic.
+            walked, reached = (x.shape[2 + d], out.shape[2 + d]) if transposed else (out.shape[2 + d], x.shape[2 + d])
+            pairs *= sum(_landing(walked, reached, stride, k * dilation - padding) for k in range(weight.shape[2 + d]))
+        return 2 * out.shape[0] * out.shape[1] * in_per_group * pairs
 
     def least_traffic(self) -> int:
         """Bytes any implementation of the step must move: every leaf an operator reads (inputs,
@@ -261,3 +279,21 @@ def has_opaque(value: Any) -> bool:
         if "list" in value:
             return any(has_opaque(v) for v in value["list"])
     return False
+
+
+def _dim(value: Any, d: int, default: int) -> int:
+    """Dimension ``d`` of an encoded int or int-list argument (a stride, padding or dilation); a
+    single value applies to every dimension."""
+    if isinstance(value, dict) and "list" in value:
+        items = [decode_float(v) for v in value["list"]]
+        value = items[d] if d < len(items) else (items[0] if len(items) == 1 else None)
+    return value if isinstance(value, int) else default
+
+
+def _landing(walked: int, reached: int, stride: int, shift: int) -> int:
+    """How many of ``j`` in ``[0, walked)`` land inside ``[0, reached)`` at ``j * stride + shift``."""
+    if walked <= 0 or reached <= 0 or stride <= 0:
+        return 0
+    first = max(0, -(shift // stride)) if shift < 0 else 0  # ceil(-shift / stride)
+    last = min(walked - 1, (reached - 1 - shift) // stride)
+    return max(0, last - first + 1)

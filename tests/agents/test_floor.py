@@ -61,6 +61,42 @@ def test_the_least_traffic_and_the_products_work_of_a_traced_step():
     assert _analysis(Relu(), [torch.randn(N)], 1.0, device="cpu").floor_ms is None
 
 
+
+class Conv(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def _landing_pairs(conv, shape) -> int:
+    """(output, tap) pairs of one channel that read inside the input, counted by convolving ones."""
+    one = type(conv)(1, 1, conv.kernel_size, conv.stride, conv.padding, dilation=conv.dilation, bias=False,
+                     **({"output_padding": conv.output_padding} if conv.transposed else {}))
+    torch.nn.init.ones_(one.weight)
+    with torch.no_grad():
+        return int(one(torch.ones(1, 1, *shape)).sum().item())
+
+
+@pytest.mark.parametrize("conv,shape", [
+    (torch.nn.Conv2d(4, 6, 3), (9, 11)),
+    (torch.nn.Conv2d(4, 6, (3, 5), stride=2, padding=(1, 2), dilation=(2, 1), groups=2), (13, 10)),
+    (torch.nn.Conv1d(3, 5, 7, padding=3), (20,)),
+    (torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1), (7, 5)),
+    (torch.nn.ConvTranspose3d(4, 2, (3, 2, 3), stride=(2, 1, 3), padding=(1, 0, 2), dilation=(1, 2, 1), groups=2), (4, 5, 3)),
+])
+def test_a_convolutions_work_counts_the_products_that_land(conv, shape):
+    """A tap in the padding, or a transposed convolution's contribution to a cropped output, is no
+    work: counting every output times every tap put a strided transposed convolution's floor above
+    the time cuDNN took."""
+    batch, groups = 2, conv.groups
+    graph = _analysis(Conv(conv), [torch.randn(batch, conv.in_channels, *shape)], 1.0).op_graph
+    (node,) = [n for n in graph.nodes if n.op == "aten::convolution"]
+    expected = 2 * batch * conv.out_channels * (conv.in_channels // groups) * _landing_pairs(conv, shape)
+    assert graph.node_flops(node) == expected
+
 def _ctx(analysis, steps: list[Step]) -> PlanningContext:
     spec = JobSpec(workload="w.py", world_size=1, device="cuda", limits=Limits(max_iters=4), use_kb=False, profile="none")
     return PlanningContext(spec=spec, workload_source="", workload_name="w", analysis=analysis, baseline=None, history=steps,
