@@ -2,8 +2,9 @@
 # kloom's float32 convolutions (three-way TF32 products) measured, their verdicts written, and
 # KernelBench's convolution problems run through kloom with those verdicts, in one device call
 # (issue 22): bench_conv's patterns named in CONV_PATTERNS (words separated by "|"; kernels/conv/bench_conv.py, each
-# beside cuDNN, its autotuner and inductor; default "folded tf32x3" and "depthwise", the
-# few-channel and depthwise kernels; "taps tf32x3" is the tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
+# beside cuDNN, its autotuner and inductor; default "folded-transposed", the few-channel transposed
+# kernel; "folded tf32x3" and "depthwise" the few-channel and depthwise ones, "taps tf32x3" the
+# tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
 # patterns measure into this copy's kernels/wins.json (a kind none of them measured is left as it
 # was; conv_fp32x3 and conv_transposed_fp32x3 of the layout that did better: the input as it comes
 # or made channels-last first, which the templates then use), then kernelbench_subset.sh
@@ -23,7 +24,7 @@ RESUME="${1:-kb-resume}"
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
 mkdir -p "$OUT/conv"
 won=0
-PATTERNS="${CONV_PATTERNS:-folded tf32x3|depthwise}"
+PATTERNS="${CONV_PATTERNS:-folded-transposed}"
 IFS='|' read -r -a WORDS <<< "$PATTERNS"
 timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "${WORDS[@]}" \
   --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1
@@ -41,6 +42,8 @@ python3 -m kernels.verdict "$ROWS" --kind conv_fp32x3 --match "taps tf32x3 conv2
 python3 -m kernels.verdict "$ROWS" --kind conv_transposed_fp32x3 --match "taps tf32x3 conv_transpose" --layouts \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 python3 -m kernels.verdict "$ROWS" --kind conv_folded_fp32x3 --match "folded tf32x3" \
+  --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
+python3 -m kernels.verdict "$ROWS" --kind conv_transposed_folded_fp32x3 --match "folded-transposed tf32x3" \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1
 python3 -m kernels.verdict "$ROWS" --kind conv_depthwise --match "depthwise" \
   --command "$CMD" >> "$OUT/verdicts.log" 2>&1 && won=1

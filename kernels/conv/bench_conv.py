@@ -1,9 +1,9 @@
 """The implicit-GEMM convolution against cuDNN (eager, and with its autotuner) and inductor on
 one GPU, pattern by pattern: 2-D 3x3 with bias and ReLU in float32 and bfloat16, a strided
 transposed 2-D convolution, a 3-D convolution, a grouped one; the tap-outer kernel
-(``tap_gemm.py``, patterns ``taps``) and the folded-window one for few input channels
-(``folded.py``, patterns ``folded``) in three TF32 products; the depthwise kernel
-(``depthwise.py``, patterns ``depthwise``).
+(``tap_gemm.py``, patterns ``taps``) and the folded-window ones for few input channels
+(``folded.py``, patterns ``folded tf32x3``; ``folded_transposed.py``, patterns ``folded-transposed``)
+in three TF32 products; the depthwise kernel (``depthwise.py``, patterns ``depthwise``).
 
     python kernels/conv/bench_conv.py --out "$OUT" [--patterns conv3d groups ...] [--budget-s 50]
 
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels.conv.depthwise import conv_depthwise  # noqa: E402
 from kernels.conv.folded import conv_folded  # noqa: E402
+from kernels.conv.folded_transposed import conv_transposed_folded  # noqa: E402
 from kernels.conv.implicit_gemm import conv_forward  # noqa: E402
 from kernels.conv.tap_gemm import conv_taps  # noqa: E402
 from kernels.benchmark import pattern_args, pattern_table, run_patterns  # noqa: E402
@@ -33,7 +34,8 @@ from kernels.verdict import CHANNELS_LAST  # noqa: E402  (the suffix the verdict
 
 
 #: The template kinds these patterns measure (float32 and 16-bit, plain and transposed).
-KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_folded_fp32x3", "conv_depthwise", "conv_lowp", "conv_transposed_fp32", "conv_transposed_fp32x3"})
+KINDS = frozenset({"conv_fp32", "conv_fp32x3", "conv_folded_fp32x3", "conv_transposed_folded_fp32x3", "conv_depthwise", "conv_lowp",
+                   "conv_transposed_fp32", "conv_transposed_fp32x3"})
 
 def patterns():
     dev = "cuda"
@@ -79,6 +81,23 @@ def patterns():
         conv = F.conv2d if len(shape) == 4 else F.conv3d
         yield (f"folded tf32x3 {label} + bias", lambda x=x, w=w, b=b, conv=conv: conv(x, w, b),
                lambda x=x, w=w, b=b: conv_folded(x, w, b, precision="tf32x3"), (1e-4, 1e-4))
+    # conv_transposed_folded_fp32x3: transposed, few input channels a group, each output phase's
+    # (channel, tap) pairs one reduction (folded_transposed.py): strided upsampling of 3 and 8
+    # channels, 2-D and 3-D, and a grouped, dilated one with phases no tap reaches.
+    for label, shape, c_out_g, k, stride, pad, out_pad, dil, groups in (
+        ("conv_transpose3d 3x3x3 s2 p1 op1 3->16 64x16x32x32", (64, 3, 16, 32, 32), 16, (3, 3, 3), 2, 1, 1, 1, 1),
+        ("conv_transpose2d 3x3 s2 p1 op1 3->32 64x128x128", (64, 3, 128, 128), 32, (3, 3), 2, 1, 1, 1, 1),
+        ("conv_transpose2d 4x4 s2 p1 8->64 64x64x64", (64, 8, 64, 64), 64, (4, 4), 2, 1, 0, 1, 1),
+        ("conv_transpose2d 3x5 s(2,3) p(1,2) d(2,1) g4 32->64 16x64x128", (16, 32, 64, 128), 16, (3, 5), (2, 3), (1, 2), 0, (2, 1), 4),
+    ):
+        x = torch.rand(*shape, device=dev)
+        w = (torch.rand(shape[1], c_out_g, *k, device=dev) - 0.5) / (shape[1] // groups * math.prod(k)) ** 0.5
+        b = torch.rand(c_out_g * groups, device=dev)
+        conv_t = F.conv_transpose2d if len(shape) == 4 else F.conv_transpose3d
+        yield (f"folded-transposed tf32x3 {label} + bias",
+               lambda x=x, w=w, b=b, conv_t=conv_t, st=stride, pd=pad, op=out_pad, g=groups, dl=dil: conv_t(x, w, b, st, pd, op, g, dl),
+               lambda x=x, w=w, b=b, st=stride, pd=pad, op=out_pad, g=groups, dl=dil: conv_transposed_folded(x, w, b, st, pd, dl, op, g, precision="tf32x3"),
+               (1e-4, 1e-4))
     # conv_depthwise: one input channel a group, float32 (direct multiply-adds, no tensor cores).
     for label, shape, k, stride, pad, mult in (
         ("conv2d 3x3 64ch 32x256x256", (32, 64, 256, 256), (3, 3), 1, 0, 1),

@@ -260,6 +260,40 @@ def test_a_float32_convolution_with_few_input_channels_folds_its_window_into_one
         assert not any(m.kind == "conv_folded_fp32x3" for m in find_matches(graph_of(other, inputs), wins=won).matches)
 
 
+
+class UpsampleChain(torch.nn.Module):
+    def __init__(self, channels: int = 3, out: int = 16, groups: int = 1):
+        super().__init__()
+        self.conv = torch.nn.ConvTranspose2d(channels, out, 3, stride=2, padding=1, output_padding=1, groups=groups)
+
+    def forward(self, x):
+        return torch.tanh(self.conv(x)) * 0.5
+
+
+def test_a_transposed_convolution_with_few_input_channels_folds_each_phase_into_one_reduction(monkeypatch):
+    """``conv_transposed_folded_fp32x3`` claims transposed float32 convolutions with fewer than
+    ``TAPS_MIN_CHANNELS`` input channels and at least ``FOLDED_MIN_OUT_CHANNELS`` output channels a
+    group, once it won, and its candidate computes the reference's result; more input channels stay
+    the tap-outer kind's, and a plain convolution or a depthwise transposed one is not claimed."""
+    won = dict(WON, conv_transposed_fp32x3=Measured("conv_transposed_fp32x3", 3.0, True),
+               conv_folded_fp32x3=Measured("conv_folded_fp32x3", 2.0, True),
+               conv_transposed_folded_fp32x3=Measured("conv_transposed_folded_fp32x3", 2.0, True, 2.5, "H100"))
+    monkeypatch.setattr(kernel_plan, "measured_kinds", lambda: dict(won))
+    x = torch.randn(2, 3, 5, 6)
+    model = UpsampleChain()
+    graph = graph_of(model, [x])
+    conv = next(m for m in find_matches(graph, wins=won).matches if m.kind.startswith("conv"))
+    assert conv.kind == "conv_transposed_folded_fp32x3" and "per output phase" in conv.rationale and "three TF32 products" in conv.rationale
+    assert {graph.nodes[i].op for i in conv.nodes} == {"aten::convolution", "aten::tanh", "aten::mul"}
+    source = kernel_candidate(reference_source(UpsampleChain), graph, ["conv_transposed_folded_fp32x3_epilogue"], "test")
+    assert "conv_transposed_folded(" in source and "def conv_transposed_folded_kernel" in source
+    torch.testing.assert_close(run_candidate(source.replace("class Model(", "class _Reference("), model, [x]), model(x), atol=2e-5, rtol=2e-5)
+    assert not any(m.kind == "conv_transposed_folded_fp32x3" for m in find_matches(graph, wins=dict(WON)).matches)  # not measured
+    wide = graph_of(UpsampleChain(16), [torch.randn(2, 16, 5, 6)])
+    assert {m.kind for m in find_matches(wide, wins=won).matches if m.kind.startswith("conv")} == {"conv_transposed_fp32x3"}
+    for other, inputs in ((ConvChain(3, 16), [x]), (UpsampleChain(4, 4, groups=4), [torch.randn(2, 4, 5, 6)])):
+        assert not any(m.kind == "conv_transposed_folded_fp32x3" for m in find_matches(graph_of(other, inputs), wins=won).matches)
+
 class DepthwiseChain(torch.nn.Module):
     def __init__(self, channels: int = 4, multiplier: int = 1):
         super().__init__()

@@ -30,6 +30,11 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
   window at once (channels x taps, at most ``FOLDED_MAX_K``; at least ``FOLDED_MIN_OUT_CHANNELS``
   output channels a group, so not depthwise), in the same three TF32 products.
   Offered once ``bench_conv.py`` (patterns ``folded``) measured it winning;
+- ``conv_transposed_folded_fp32x3``: a transposed float32 convolution with as few input channels a
+  group, as ``kernels/conv/folded_transposed.py``'s implicit GEMM per output phase over every
+  (channel, tap) pair that reaches it (at least ``FOLDED_MIN_OUT_CHANNELS`` output channels a
+  group), in the same three TF32 products. Offered once ``bench_conv.py`` (patterns ``folded
+  transposed``) measured it winning;
 - ``conv_depthwise``: a depthwise convolution (one input channel a group) of any of the kernel
   dtypes, as ``kernels/conv/depthwise.py``'s direct multiply-adds on the CUDA cores, memory-bound
   work cuDNN does far above its floor. Offered once ``bench_conv.py`` (patterns ``depthwise``)
@@ -51,6 +56,7 @@ GEMM_MODULE = "kernels.gemm.matmul"
 CONV_MODULE = "kernels.conv.implicit_gemm"
 TAPS_MODULE = "kernels.conv.tap_gemm"
 FOLDED_MODULE = "kernels.conv.folded"
+FOLDED_TRANSPOSED_MODULE = "kernels.conv.folded_transposed"
 DEPTHWISE_MODULE = "kernels.conv.depthwise"
 #: The most taps the depthwise kernel unrolls (``kernels.conv.depthwise.DEPTHWISE_MAX_TAPS``).
 DEPTHWISE_MAX_TAPS = 256
@@ -224,9 +230,10 @@ class GemmEpilogue(_KindTemplate):
         return f"{what} with {done} applied in registers before its one store (no pass over the product per op)"
 
 
-def _out_channels_g(view: GraphView, weight: int, groups: int) -> int:
-    """A plain convolution's output channels a group (its weight is ``(C_out, C_in / groups, k...)``)."""
-    return view.tensor(weight).shape[0] // groups
+def _out_channels_g(view: GraphView, weight: int, groups: int, transposed: bool) -> int:
+    """A convolution's output channels a group (a plain one's weight is ``(C_out, C_in / groups,
+    k...)``, a transposed one's ``(C_in, C_out / groups, k...)``)."""
+    return view.tensor(weight).shape[1] if transposed else view.tensor(weight).shape[0] // groups
 
 
 class ConvEpilogue(_KindTemplate):
@@ -258,20 +265,24 @@ class ConvEpilogue(_KindTemplate):
         window = c_in_g * taps  # each output's reduction: a group's input channels times the taps
         tap_outer = self.kind == f"{kind}x3" and kind in ("conv_fp32", "conv_transposed_fp32")
         folded = self.kind == "conv_folded_fp32x3" and kind == "conv_fp32"
+        folded_t = self.kind == "conv_transposed_folded_fp32x3" and kind == "conv_transposed_fp32"
         depthwise = self.kind == "conv_depthwise"
         if depthwise:
             # One input channel a group, every input channel its own group.
             if transposed or c_in_g != 1 or groups != view.tensor(x).shape[1] or taps > DEPTHWISE_MAX_TAPS:
                 return None
             kind = self.kind
-        elif tap_outer or folded:
-            # Few input channels a group: the whole window is one reduction (``folded.py``);
-            # more: the taps outermost (``tap_gemm.py``).
+        elif tap_outer or folded or folded_t:
+            # Few input channels a group: the whole window (a transposed convolution's: each
+            # phase's) is one reduction (``folded.py``, ``folded_transposed.py``); more: the taps
+            # outermost (``tap_gemm.py``).
             few = c_in_g < TAPS_MIN_CHANNELS
-            if few != folded or (folded and (window > FOLDED_MAX_K or _out_channels_g(view, w, groups) < FOLDED_MIN_OUT_CHANNELS)):
+            if few != (folded or folded_t) or (folded and window > FOLDED_MAX_K):
+                return None
+            if few and _out_channels_g(view, w, groups, bool(transposed)) < FOLDED_MIN_OUT_CHANNELS:
                 return None
             kind = self.kind
-        flops = 2 * view.tensor(out).numel * window
+        flops = view.graph.node_flops(node)
         reads = (x, w) + ((bias["tensor"],) if bias else ()) + (chain.operands if chain else ())
         cost = RegionCost(bytes=sum(nbytes(view.tensor(t)) for t in dict.fromkeys(reads)) + nbytes(view.tensor(final)), flops=flops)
         args = ", ".join(repr(int_list(v)) for v in (stride, padding, dilation))
@@ -293,6 +304,14 @@ class ConvEpilogue(_KindTemplate):
             )
             call = lambda names: (f"conv_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
                                   f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
+        elif folded_t:
+            module, how = FOLDED_TRANSPOSED_MODULE, (
+                f"transposed convolution {shape} float32 with {c_in_g} input channel(s) a group as one implicit GEMM per "
+                "output phase over every (channel, tap) pair that reaches it, on the tensor cores as three TF32 products "
+                "carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+            )
+            call = lambda names: (f"conv_transposed_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, "  # noqa: E731
+                                  f"{int_list(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")")
         elif tap_outer:
             # The layout the GPU benchmark's verdict was measured in (``kernels/verdict.py --layouts``).
             verdict = view.verdicts.get(kind)
@@ -331,5 +350,5 @@ register(GemmEpilogue("gemm_fp32x3", 9, offered_unmeasured=False))
 register(GemmEpilogue("gemm_lowp", 10, offered_unmeasured=False))
 for _kind in ("conv_fp32", "conv_transposed_fp32", "conv_lowp"):
     register(ConvEpilogue(_kind, 12, offered_unmeasured=False))
-for _kind in ("conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3", "conv_depthwise"):
+for _kind in ("conv_fp32x3", "conv_transposed_fp32x3", "conv_folded_fp32x3", "conv_transposed_folded_fp32x3", "conv_depthwise"):
     register(ConvEpilogue(_kind, 11, offered_unmeasured=False))
