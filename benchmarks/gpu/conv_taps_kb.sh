@@ -2,9 +2,9 @@
 # kloom's float32 convolutions (three-way TF32 products) measured, their verdicts written, and
 # KernelBench's convolution problems run through kloom with those verdicts, in one device call
 # (issue 22): bench_conv's patterns named in CONV_PATTERNS (words separated by "|"; kernels/conv/bench_conv.py, each
-# beside cuDNN, its autotuner and inductor; default "folded-transposed", the few-channel transposed
-# kernel; "folded tf32x3" and "depthwise" the few-channel and depthwise ones, "taps tf32x3" the
-# tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
+# beside cuDNN, its autotuner and inductor; default "folded-transposed|depthwise", the few-channel
+# transposed kernel and the depthwise one (whose autotuning now has row tiles too); "folded tf32x3"
+# is the few-channel plain one, "taps tf32x3" the tap-outer one), then kernels/verdict.py writes the verdicts of the kinds those
 # patterns measure into this copy's kernels/wins.json (a kind none of them measured is left as it
 # was; conv_fp32x3 and conv_transposed_fp32x3 of the layout that did better: the input as it comes
 # or made channels-last first, which the templates then use), then kernelbench_subset.sh
@@ -24,7 +24,7 @@ RESUME="${1:-kb-resume}"
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-585}"
 mkdir -p "$OUT/conv"
 won=0
-PATTERNS="${CONV_PATTERNS:-folded-transposed}"
+PATTERNS="${CONV_PATTERNS:-folded-transposed|depthwise}"
 IFS='|' read -r -a WORDS <<< "$PATTERNS"
 timeout $((${CONV_BUDGET_S:-200} + 120)) python3 kernels/conv/bench_conv.py --out "$OUT/conv" --patterns "${WORDS[@]}" \
   --budget-s "${CONV_BUDGET_S:-200}" > "$OUT/conv.log" 2>&1

@@ -25,7 +25,7 @@ import triton.language as tl
 from kernels.conv.implicit_gemm import conv_setup
 from kernels.conv.launch import launch
 from kernels.elementwise.program import ew_epilogue
-from kernels.conv.window import window_positions, window_tap
+from kernels.conv.window import window_configs, window_positions, window_programs, window_tap
 
 #: The most taps the kernel unrolls (each is compiled in).
 DEPTHWISE_MAX_TAPS = 256
@@ -41,14 +41,15 @@ def conv_depthwise_kernel(
     POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     HAS_BIAS: tl.constexpr, PADDED: tl.constexpr, MULT: tl.constexpr,
     KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """``BLOCK`` output positions of one plane (sample ``n``, output channel ``co``, reading input
-    channel ``co // MULT``): a plane's blocks are consecutive programs (one grid dimension, which
+    channel ``co // MULT``), consecutive or a tile of rows by ``BLOCK_W`` columns
+    (``window_positions``): a plane's blocks are consecutive programs (one grid dimension, which
     has room for any count). The weight is ``(C_OUT, KD * KH * KW)`` contiguous, and so is the output."""
-    plane, n, co, q, valid, id0, ih0, iw0 = window_positions(C_OUT, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
+    plane, n, co, q, valid, id0, ih0, iw0 = window_positions(C_OUT, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK, BLOCK_W)
     x_pos = x_ptr + n * sx_n + (co // MULT).to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    acc = tl.zeros(q.shape, dtype=tl.float32)
     for t in tl.static_range(KD * KH * KW):
         offset, ok = window_tap(t, id0, ih0, iw0, valid, ID, IH, IW, sx_d, sx_h, sx_w, KH, KW, DD, DH, DW, PADDED)
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
@@ -75,9 +76,11 @@ def depthwise_supported(x, weight, groups, transposed=False) -> str:
     return ""
 
 
-def depthwise_configs() -> list[triton.Config]:
-    """Block sizes autotuning measures on a GPU."""
-    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 4), (1024, 8), (2048, 8))]
+def depthwise_configs(ow: int) -> list[triton.Config]:
+    """Blocks autotuning measures on a GPU: consecutive positions, and tiles of output rows by
+    columns no wider than the rows need (``ow`` output columns)."""
+    flat = [(256, 0, 4), (512, 0, 4), (1024, 0, 4), (1024, 0, 8), (2048, 0, 8)]
+    return window_configs(flat + [(1024, 64, 4), (1024, 128, 4), (2048, 256, 8)], ow)
 
 
 #: What re-tunes the depthwise kernel: the sizes, the input's layout and the compiled-in window.
@@ -99,7 +102,6 @@ def conv_depthwise(
     y, epilogue, (s, p, d), (x5, w5, y5), _ = conv_setup(x, weight, bias, stride, padding, dilation, False, 0, groups, post, "ieee")
     c_out = w5.shape[0]
     w_flat = w5.reshape(c_out, -1).contiguous()
-    spatial = y5.shape[2] * y5.shape[3] * y5.shape[4]
     args = [
         x5, w_flat, y5, bias if bias is not None else y5, *(epilogue.pop(f"q{i}") for i in range(4)),
         c_out, *x5.shape[2:], *y5.shape[2:], *s, *p, *x5.stride(),
@@ -108,8 +110,8 @@ def conv_depthwise(
     constants = dict(epilogue, HAS_BIAS=bias is not None, PADDED=any(p), MULT=c_out // groups, KD=kd, KH=kh, KW=kw, DD=d[0], DH=d[1], DW=d[2])
 
     def grid(meta):
-        return (triton.cdiv(spatial, meta["BLOCK"]) * x.shape[0] * c_out,)
+        return (window_programs(x.shape[0] * c_out, tuple(y5.shape[2:]), meta),)
 
     launch(conv_depthwise_kernel, grid, args, constants, DEPTHWISE_TUNE_KEY, on_gpu=x.is_cuda, config=config,
-           cpu_config=triton.Config({"BLOCK": 64}, num_warps=4), gpu_configs=depthwise_configs)
+           cpu_config=triton.Config({"BLOCK": 64, "BLOCK_W": 0}, num_warps=4), gpu_configs=lambda: depthwise_configs(y5.shape[4]))
     return y.to(x.dtype)

@@ -17,8 +17,11 @@ from kernels.conv.depthwise import DEPTHWISE_MAX_TAPS, conv_depthwise, depthwise
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
 from kernels.testing import compiled_for_h100, rand  # noqa: E402
+import triton  # noqa: E402
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+#: A tile of 4 output rows by 8 columns (``window_positions``'s second form), beside the flat blocks.
+ROWS = triton.Config({"BLOCK": 32, "BLOCK_W": 8}, num_warps=4)
 
 
 
@@ -38,10 +41,11 @@ def seeded():
         ((1, 2, 5, 6, 7), (2, 1, 2, 3, 2), 1, 1, 1),  # 3-D
     ],
 )
-def test_depthwise_convolutions_of_every_rank_match_torch(x_shape, w_shape, stride, padding, dilation):
+@pytest.mark.parametrize("tile", [None, ROWS], ids=["flat", "rows"])
+def test_depthwise_convolutions_of_every_rank_match_torch(x_shape, w_shape, stride, padding, dilation, tile):
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     with signed_divisions() as seen:
-        got = conv_depthwise(x, w, b, stride, padding, dilation)
+        got = conv_depthwise(x, w, b, stride, padding, dilation, config=tile)
     assert seen.count > 0 and seen.negative() == {}  # no lane depends on how signed division rounds
     want = CONV[len(x_shape) - 2](x, w, b, stride, padding, dilation, x_shape[1])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -56,6 +60,7 @@ def test_strided_views_and_an_epilogue_with_an_operand():
     torch.testing.assert_close(conv_depthwise(x, w, None, 1, 1, post=post), want, atol=1e-5, rtol=1e-5)
     cl = x.contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(conv_depthwise(cl, w, None, 1, 1, post=post), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(conv_depthwise(cl, w, None, 1, 1, post=post, config=ROWS), want, atol=1e-5, rtol=1e-5)
 
 
 def test_bfloat16_accumulates_in_float32_and_rounds_once():
@@ -88,9 +93,9 @@ from kernels.gemm.epilogue import gemm_chain
 
 out = []
 none = (0,) + (1, 0, 1) * 3
-for padded in json.loads(sys.argv[1]):
+for padded, block_w in json.loads(sys.argv[1]):
     program, scalars = gemm_chain(("add", ("operand", 0)), "relu")
-    spec = dict(HAS_BIAS=True, PADDED=padded, MULT=1, KD=1, KH=3, KW=7, DD=1, DH=1, DW=1, BLOCK=1024,
+    spec = dict(HAS_BIAS=True, PADDED=padded, MULT=1, KD=1, KH=3, KW=7, DD=1, DH=1, DW=1, BLOCK=1024, BLOCK_W=block_w,
                 E0=(1, 64, 1, 1) + (1, 0, 1) * 2, E1=none, E2=none, E3=none, N_OPS=1, ONUMEL=64 * 64 * 8, POST=program, POST_SCALARS=scalars)
     sig = {n: "constexpr" if n in spec else ("*fp32" if n.endswith("_ptr") or n in ("q0", "q1", "q2", "q3") else "i32") for n in conv_depthwise_kernel.arg_names}
     ptx = triton.compile(ASTSource(conv_depthwise_kernel, sig, constexprs=spec), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
@@ -100,5 +105,5 @@ print(json.dumps(out))
 
 
 def test_the_kernel_compiles_for_h100_in_full_float32():
-    for compiled in compiled_for_h100(_COMPILE, [False, True]):
+    for compiled in compiled_for_h100(_COMPILE, [[False, 0], [True, 0], [True, 128]]):
         assert compiled["fma"] and not compiled["tf32"] and compiled["loads"] >= 21  # every tap's load compiled in

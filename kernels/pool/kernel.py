@@ -24,7 +24,7 @@ import triton.language as tl
 from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue
 from kernels.conv.launch import launch
-from kernels.conv.window import window_positions, window_sizes, window_tap
+from kernels.conv.window import window_configs, window_positions, window_programs, window_sizes, window_tap
 
 POOL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The most taps a window may have (each is compiled in).
@@ -43,17 +43,17 @@ def pool_kernel(
     POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     IS_MAX: tl.constexpr, PADDED: tl.constexpr, COUNT_PAD: tl.constexpr, OVERRIDE: tl.constexpr,
     KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
-    """``BLOCK`` output positions of one plane (sample ``n``, channel ``c``); a plane's blocks are
-    consecutive programs. The output is contiguous ``(N, C, OD, OH, OW)``. ``PADDED``: a window may
+    """``BLOCK`` output positions of one plane (sample ``n``, channel ``c``), consecutive or a tile
+    of rows by ``BLOCK_W`` columns (``window_positions``); a plane's blocks are consecutive programs. The output is contiguous ``(N, C, OD, OH, OW)``. ``PADDED``: a window may
     reach outside the input (padding, or ``ceil_mode``'s last windows)."""
-    plane, n, c, q, valid, id0, ih0, iw0 = window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK)
+    plane, n, c, q, valid, id0, ih0, iw0 = window_positions(C, OD, OH, OW, sd, sh, sw, pd, ph, pw, BLOCK, BLOCK_W)
     x_pos = x_ptr + n * sx_n + c.to(tl.int64) * sx_c + (id0 * sx_d + ih0 * sx_h + iw0 * sx_w)
     if IS_MAX:
-        acc = tl.full((BLOCK,), float("-inf"), tl.float32)
+        acc = tl.full(q.shape, float("-inf"), tl.float32)
     else:
-        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        acc = tl.zeros(q.shape, dtype=tl.float32)
     for t in tl.static_range(KD * KH * KW):
         offset, ok = window_tap(t, id0, ih0, iw0, valid, ID, IH, IW, sx_d, sx_h, sx_w, KH, KW, DD, DH, DW, PADDED)
         # Lanes outside the input are masked; their (possibly negative) offsets are never read.
@@ -161,19 +161,21 @@ def pool(
         epilogue, IS_MAX=kind == "max", PADDED=reaches_out, COUNT_PAD=bool(count_include_pad), OVERRIDE=divisor_override is not None,
         KD=k3[0], KH=k3[1], KW=k3[2], DD=d3[0], DH=d3[1], DW=d3[2],
     )
-    count = math.prod(out_spatial)
+    out3 = one + out_spatial
 
     def grid(meta):
-        return (triton.cdiv(count, meta["BLOCK"]) * x5.shape[0] * x5.shape[1],)
+        return (window_programs(x5.shape[0] * x5.shape[1], out3, meta),)
 
     launch(pool_kernel, grid, args, constants, POOL_TUNE_KEY, on_gpu=x.is_cuda, config=config,
-           cpu_config=triton.Config({"BLOCK": 64}, num_warps=4), gpu_configs=pool_configs)
+           cpu_config=triton.Config({"BLOCK": 64, "BLOCK_W": 0}, num_warps=4), gpu_configs=lambda: pool_configs(out3[2]))
     return y.to(x.dtype)
 
 
-def pool_configs() -> list[triton.Config]:
-    """Block sizes autotuning measures on a GPU."""
-    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 4), (512, 4), (1024, 4), (1024, 8))]
+def pool_configs(ow: int) -> list[triton.Config]:
+    """Blocks autotuning measures on a GPU: consecutive positions, and tiles of output rows by
+    columns no wider than the rows need (``ow`` output columns)."""
+    flat = [(256, 0, 4), (512, 0, 4), (1024, 0, 4), (1024, 0, 8)]
+    return window_configs(flat + [(1024, 64, 4), (1024, 128, 4), (2048, 256, 8)], ow)
 
 
 #: What re-tunes the pooling kernel: the sizes, the input's layout and the compiled-in window.

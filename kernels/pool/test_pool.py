@@ -16,9 +16,12 @@ if not torch.cuda.is_available():
 from kernels.gemm.epilogue import gemm_chain  # noqa: E402
 from kernels.int_division import signed_divisions  # noqa: E402
 from kernels.testing import compiled_for_h100, rand  # noqa: E402
+import triton  # noqa: E402
 from kernels.pool.kernel import POOL_MAX_TAPS, pool, pool_output_size  # noqa: E402
 
 MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+#: A tile of 4 output rows by 8 columns (``window_positions``'s second form), beside the flat blocks.
+ROWS = triton.Config({"BLOCK": 32, "BLOCK_W": 8}, num_warps=4)
 AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 
 
@@ -38,10 +41,11 @@ def seeded():
         ((3, 9, 10), (3, 2), (1, 2), (1, 0), 1, True),  # no batch dimension: (C, H, W)
     ],
 )
-def test_max_pooling_matches_torch(shape, k, s, p, d, ceil):
+@pytest.mark.parametrize("tile", [None, ROWS], ids=["flat", "rows"])
+def test_max_pooling_matches_torch(shape, k, s, p, d, ceil, tile):
     x = rand(*shape)
     with signed_divisions() as seen:
-        got = pool(x, "max", k, s, p, d, ceil)
+        got = pool(x, "max", k, s, p, d, ceil, config=tile)
     assert seen.count > 0 and seen.negative() == {}  # no lane depends on how signed division rounds
     torch.testing.assert_close(got, MAX[len(k)](x, k, s, p, d, ceil), atol=0, rtol=0)
     assert got.is_contiguous()
@@ -58,9 +62,10 @@ def test_max_pooling_matches_torch(shape, k, s, p, d, ceil):
         ((2, 2, 9, 9), (3, 3), (3, 3), 1, False, 5),  # divisor_override
     ],
 )
-def test_average_pooling_matches_torch(shape, k, s, p, ceil, override, count_include_pad):
+@pytest.mark.parametrize("tile", [None, ROWS], ids=["flat", "rows"])
+def test_average_pooling_matches_torch(shape, k, s, p, ceil, override, count_include_pad, tile):
     x = rand(*shape)
-    got = pool(x, "avg", k, s, p, 1, ceil, count_include_pad, override)
+    got = pool(x, "avg", k, s, p, 1, ceil, count_include_pad, override, config=tile)
     kwargs = {"divisor_override": override} if override else {}  # avg_pool1d has no divisor_override
     want = AVG[len(k)](x, k, s, p, ceil, count_include_pad, **kwargs)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
@@ -112,8 +117,8 @@ from kernels.pool.kernel import pool_kernel
 
 out = []
 none = (0,) + (1, 0, 1) * 3
-for is_max, padded in json.loads(sys.argv[1]):
-    spec = dict(IS_MAX=is_max, PADDED=padded, COUNT_PAD=True, OVERRIDE=False, KD=1, KH=3, KW=3, DD=1, DH=1, DW=1, BLOCK=1024,
+for is_max, padded, block_w in json.loads(sys.argv[1]):
+    spec = dict(IS_MAX=is_max, PADDED=padded, COUNT_PAD=True, OVERRIDE=False, KD=1, KH=3, KW=3, DD=1, DH=1, DW=1, BLOCK=1024, BLOCK_W=block_w,
                 E0=none, E1=none, E2=none, E3=none, N_OPS=0, ONUMEL=1, POST=(), POST_SCALARS=())
     sig = {n: "constexpr" if n in spec else ("*fp32" if n.endswith("_ptr") or n in ("q0", "q1", "q2", "q3") else ("fp32" if n == "divisor" else "i32")) for n in pool_kernel.arg_names}
     ptx = triton.compile(ASTSource(pool_kernel, sig, constexprs=spec), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
@@ -123,5 +128,5 @@ print(json.dumps(out))
 
 
 def test_the_kernel_compiles_for_h100():
-    found = compiled_for_h100(_COMPILE, [[True, False], [True, True], [False, True]])
+    found = compiled_for_h100(_COMPILE, [[True, False, 0], [True, True, 0], [False, True, 0], [True, True, 64], [False, True, 128]])
     assert all(c["loads"] >= 9 for c in found) and found[0]["max"]
