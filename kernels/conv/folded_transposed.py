@@ -29,8 +29,8 @@ import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
 from kernels.conv.launch import launch
-from kernels.conv.tap_gemm import conv_tap_table
-from kernels.gemm.tiles import gemm_mma, gemm_tile_order
+from kernels.conv.tap_gemm import conv_tap_table, phase_tile
+from kernels.gemm.tiles import gemm_mma
 
 #: Fields of one reduction-table entry: channel, weight column, input offset in d, h, w.
 ENTRY_FIELDS = 5
@@ -54,24 +54,8 @@ def conv_transposed_folded_kernel(
     output ``q * (sd, sh, sw) + r``: ``phase_ptr`` holds each phase's ``(reduction length, r_d,
     r_h, r_w)``, ``table_ptr`` its entries field by field (``ENTRY_FIELDS`` rows of ``K_MAX``). The
     weight is ``(C_out, K_ALL)`` contiguous, ``K_ALL = C_IN_G * taps``."""
-    pid = tl.program_id(0)
-    g = tl.program_id(1) // PHASES
-    phase = tl.program_id(1) % PHASES
-    M = N * QD * QH * QW
-    pid_m, pid_n = gemm_tile_order(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(C_OUT_G, BLOCK_N), GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = rn < C_OUT_G
-    rows = tl.where(rm < M, rm, 0)
-    qw = rows % QW
-    qh = (rows // QW) % QH
-    qd = (rows // (QW * QH)) % QD
-    n = (rows // (QW * QH * QD)).to(tl.int64)
-    count = tl.load(phase_ptr + phase * 4)
-    od = qd * sd + tl.load(phase_ptr + phase * 4 + 1)
-    oh = qh * sh + tl.load(phase_ptr + phase * 4 + 2)
-    ow = qw * sw + tl.load(phase_ptr + phase * 4 + 3)
-    row_ok = (rm < M) & (od < OD) & (oh < OH) & (ow < OW)
+    g, phase, rn, col_ok, n, qd, qh, qw, count, od, oh, ow, row_ok = phase_tile(
+        phase_ptr, PHASES, N, QD, QH, QW, C_OUT_G, OD, OH, OW, sd, sh, sw, BLOCK_M, BLOCK_N, GROUP_M)
     # A row's input at offset zero; lanes outside the input are masked and never read.
     x_row = x_ptr + n * sx_n + (g * C_IN_G).to(tl.int64) * sx_c + (qd * sx_d + qh * sx_h + qw * sx_w)
     w_col = w_ptr + (g * C_OUT_G + tl.where(col_ok, rn, 0)).to(tl.int64) * K_ALL

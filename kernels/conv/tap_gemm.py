@@ -43,6 +43,33 @@ from kernels.gemm.tiles import gemm_mma, gemm_tile_order
 
 
 @triton.jit
+def phase_tile(phase_ptr, PHASES, N, QD, QH, QW, C_OUT_G, OD, OH, OW, bd, bh, bw,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):  # fmt: skip
+    """Where a program of a phase-split convolution works: group ``g`` and ``phase`` (from
+    ``program_id(1)``), its tile's columns ``rn`` (``col_ok`` inside ``C_OUT_G``) and rows ``q =
+    (n, qd, qh, qw)`` of ``N x QD x QH x QW``, the phase's entry count (``phase_ptr``'s ``(count,
+    r_d, r_h, r_w)``), each row's output position ``q * (bd, bh, bw) + r`` and whether it is inside
+    the output (``row_ok``)."""
+    g = tl.program_id(1) // PHASES
+    phase = tl.program_id(1) % PHASES
+    M = N * QD * QH * QW
+    pid_m, pid_n = gemm_tile_order(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C_OUT_G, BLOCK_N), GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.where(rm < M, rm, 0)
+    qw = rows % QW
+    qh = (rows // QW) % QH
+    qd = (rows // (QW * QH)) % QD
+    n = (rows // (QW * QH * QD)).to(tl.int64)
+    count = tl.load(phase_ptr + phase * 4)
+    od = qd * bd + tl.load(phase_ptr + phase * 4 + 1)
+    oh = qh * bh + tl.load(phase_ptr + phase * 4 + 2)
+    ow = qw * bw + tl.load(phase_ptr + phase * 4 + 3)
+    row_ok = (rm < M) & (od < OD) & (oh < OH) & (ow < OW)
+    return g, phase, rn, rn < C_OUT_G, n, qd, qh, qw, count, od, oh, ow, row_ok
+
+
+@triton.jit
 def conv_taps_kernel(
     x_ptr, w_ptr, y_ptr, bias_ptr, q0, q1, q2, q3, taps_ptr, phase_ptr,
     N, C_IN_G, ID, IH, IW, C_OUT_G, OD, OH, OW, QD, QH, QW, TAPS, MAX_TAPS, PHASES,
@@ -59,24 +86,8 @@ def conv_taps_kernel(
     delta`` and writes output ``q * (bd, bh, bw) + r``: ``phase_ptr`` holds each phase's ``(taps,
     r_d, r_h, r_w)``, ``taps_ptr`` its ``(tap, delta_d, delta_h, delta_w)`` (``MAX_TAPS`` a phase).
     The weight is ``(C_out, TAPS, C_IN_G)`` contiguous."""
-    pid = tl.program_id(0)
-    g = tl.program_id(1) // PHASES
-    phase = tl.program_id(1) % PHASES
-    M = N * QD * QH * QW
-    pid_m, pid_n = gemm_tile_order(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(C_OUT_G, BLOCK_N), GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = rn < C_OUT_G
-    rows = tl.where(rm < M, rm, 0)
-    qw = rows % QW
-    qh = (rows // QW) % QH
-    qd = (rows // (QW * QH)) % QD
-    n = (rows // (QW * QH * QD)).to(tl.int64)
-    count = tl.load(phase_ptr + phase * 4)
-    od = qd * bd + tl.load(phase_ptr + phase * 4 + 1)
-    oh = qh * bh + tl.load(phase_ptr + phase * 4 + 2)
-    ow = qw * bw + tl.load(phase_ptr + phase * 4 + 3)
-    row_ok = (rm < M) & (od < OD) & (oh < OH) & (ow < OW)
+    g, phase, rn, col_ok, n, qd, qh, qw, count, od, oh, ow, row_ok = phase_tile(
+        phase_ptr, PHASES, N, QD, QH, QW, C_OUT_G, OD, OH, OW, bd, bh, bw, BLOCK_M, BLOCK_N, GROUP_M)
     x_row = x_ptr + n * sx_n + (g * C_IN_G).to(tl.int64) * sx_c
     w_col = w_ptr + (g * C_OUT_G + tl.where(col_ok, rn, 0)).to(tl.int64) * (TAPS * C_IN_G)
     id0 = qd * ad
