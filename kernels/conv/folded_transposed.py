@@ -29,7 +29,7 @@ import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup, conv_store_tile
 from kernels.conv.launch import launch
-from kernels.conv.tap_gemm import conv_tap_table, phase_tile
+from kernels.conv.tap_gemm import conv_tap_table, phase_tensors, phase_tile
 from kernels.gemm.tiles import gemm_mma
 
 #: Fields of one reduction-table entry: channel, weight column, input offset in d, h, w.
@@ -108,12 +108,7 @@ def _table_tensors(c_in_g, kernel, stride, padding, dilation, device) -> tuple[t
         for entry in entries:
             padded = entry + [(0,) * ENTRY_FIELDS] * (k_max - len(entry))
             flat += [row[f] for f in range(ENTRY_FIELDS) for row in padded]
-        _TABLES[key] = (
-            torch.tensor(flat, dtype=torch.int32, device=device),
-            torch.tensor([v for p in phases for v in p], dtype=torch.int32, device=device),
-            k_max,
-            len(phases),
-        )
+        _TABLES[key] = phase_tensors(phases, flat, k_max, device)
     return _TABLES[key]
 
 

@@ -150,13 +150,15 @@ def _tap_tensors(kernel, stride, padding, dilation, transposed, device) -> tuple
     if key not in _TAP_TABLES:
         phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
         flat = [v for entry in taps for row in entry + [(0, 0, 0, 0)] * (max_taps - len(entry)) for v in row]
-        _TAP_TABLES[key] = (
-            torch.tensor(flat, dtype=torch.int32, device=device),
-            torch.tensor([v for p in phases for v in p], dtype=torch.int32, device=device),
-            max_taps,
-            len(phases),
-        )
+        _TAP_TABLES[key] = phase_tensors(phases, flat, max_taps, device)
     return _TAP_TABLES[key]
+
+
+def phase_tensors(phases: list, flat: list[int], width: int, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """A phase table on ``device``: its entries (``flat``, ``width`` a phase) and its phases as
+    int32 tensors, with ``width`` and the number of phases, as the phase-split kernels read them."""
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+    return as_tensor(flat), as_tensor([v for p in phases for v in p]), width, len(phases)
 
 
 def conv_taps_configs(dtype: torch.dtype, c_in_g: int, precision: str = "tf32x3") -> list[triton.Config]:
