@@ -16,7 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels.batchnorm.kernel import _bn_apply_kernel, _bn_stats_kernel
+from kernels.batchnorm.kernel import _bn_apply_kernel, _bn_merge_kernel, _bn_stats_kernel
 from kernels.cross_entropy.kernel import _ce_kernel
 from kernels.elementwise.kernel import ew_chain_kernel
 from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS, EW_SCALAR
@@ -75,6 +75,7 @@ def cases() -> list[tuple[str, object, dict, dict, int]]:
         ]  # fmt: skip
     found += [
         ("batchnorm stats", _bn_stats_kernel, {}, dict(HW=4096, TOTAL=8192, PER=65536, SPLIT=1, BIG=False, CHUNK=2048), 8),
+        ("batchnorm merge", _bn_merge_kernel, {}, dict(SPLIT=48, BLOCK=64), 4),
         ("batchnorm apply", _bn_apply_kernel, {}, dict(**EPILOGUE, C=16, HW=32, BIG=False, BLOCK=1024), 4),
         ("cross entropy", _ce_kernel, {"t_ptr": "*i64"}, dict(R=4096, IGNORE=-100, BIG=False, ROWS=4, CHUNK=1024), 8),
     ]  # fmt: skip
@@ -97,8 +98,8 @@ def cases() -> list[tuple[str, object, dict, dict, int]]:
 
 
 def compile_case(kernel, types: dict, constexprs: dict, warps: int, arch: int = 90):
-    """Compile the autotuned ``kernel``'s function for ``sm_<arch>`` with these arguments."""
-    fn = kernel.fn
+    """Compile ``kernel`` (a jitted function, or an autotuned one's) for ``sm_<arch>`` with these arguments."""
+    fn = kernel.fn if isinstance(kernel, triton.runtime.Autotuner) else kernel
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.batchnorm.kernel import batch_norm
+from kernels.batchnorm.kernel import batch_norm, bn_stats
 from kernels.elementwise.kernel import KernelUnsupported
 from kernels.elementwise.opcodes import EW_OPS
 
@@ -24,6 +24,15 @@ def test_training_statistics_and_running_update(shape):
     torch.testing.assert_close(mine[0], theirs[0])
     torch.testing.assert_close(mine[1], theirs[1])
 
+
+
+def test_statistics_over_several_partials_merge_as_torch_computes_them():
+    """More than ``BN_RANGE`` values a channel: several programs' partial statistics (the last one
+    short, its lanes past the end adding nothing) merged by ``_bn_merge_kernel``."""
+    x = torch.randn(3, 2, 50000) * 0.5 + 4  # 150000 values a channel: three partials, the last short
+    mean, var = bn_stats(x)
+    torch.testing.assert_close(mean, x.double().mean(dim=(0, 2)).float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(var, x.double().var(dim=(0, 2), unbiased=False).float(), rtol=1e-5, atol=1e-6)
 
 def test_inference_uses_running_statistics():
     x, w, b = torch.randn(3, 4, 5), torch.randn(4), torch.randn(4)

@@ -91,10 +91,12 @@ def _ln_rows_loop(
         if RMS:
             m2 += x * x
         else:
-            # Welford per lane: each lane's running mean and sum of squared deviations.
+            # Welford per lane: each lane's running mean and sum of squared deviations. Every
+            # lane still reading has read start // CHUNK + 1 values (a lane past the row's end
+            # stays past it): one reciprocal a step, not a division a value.
             count += mask.to(tl.float32)
             delta = tl.where(mask, x - mean, 0.0)
-            mean += delta / tl.maximum(count, 1.0)
+            mean += delta * (1.0 / (start // CHUNK + 1))
             m2 += delta * tl.where(mask, x - mean, 0.0)
     if RMS:
         mu = 0.0
