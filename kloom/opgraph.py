@@ -281,13 +281,21 @@ def has_opaque(value: Any) -> bool:
     return False
 
 
+def int_list(value: Any) -> list | None:
+    """An encoded int or list-of-ints argument as a list (a size, stride or padding), else None."""
+    if isinstance(value, dict) and "list" in value:
+        items = [decode_float(v) for v in value["list"]]
+        return items if all(isinstance(v, int) for v in items) else None
+    return [value] if isinstance(value, int) else None
+
+
 def _dim(value: Any, d: int, default: int) -> int:
     """Dimension ``d`` of an encoded int or int-list argument (a stride, padding or dilation); a
     single value applies to every dimension."""
-    if isinstance(value, dict) and "list" in value:
-        items = [decode_float(v) for v in value["list"]]
-        value = items[d] if d < len(items) else (items[0] if len(items) == 1 else None)
-    return value if isinstance(value, int) else default
+    items = int_list(value)
+    if not items or (d >= len(items) and len(items) != 1):
+        return default
+    return items[d] if d < len(items) else items[0]
 
 
 def _landing(walked: int, reached: int, stride: int, shift: int) -> int:

@@ -3,7 +3,7 @@ the code that passes them to a kernel, and the checks on a node's tensors."""
 
 from __future__ import annotations
 
-from kloom.opgraph import OpNode, decode_float
+from kloom.opgraph import OpNode
 
 from .chains import Chain, compile_nodes, follow
 from .lowering import FLOAT_DTYPES, lower
@@ -15,14 +15,6 @@ def float_tensor(view: GraphView, value) -> int | None:
     if isinstance(value, dict) and "tensor" in value and view.tensor(value["tensor"]).dtype in FLOAT_DTYPES:
         return value["tensor"]
     return None
-
-
-def int_list(value) -> list | None:
-    """An int or list-of-ints argument as a list (a size, stride or padding), else None."""
-    if isinstance(value, dict) and "list" in value:
-        items = [decode_float(v) for v in value["list"]]
-        return items if all(isinstance(v, int) for v in items) else None
-    return [value] if isinstance(value, int) else None
 
 
 def optional_tensor(value) -> int | None | bool:

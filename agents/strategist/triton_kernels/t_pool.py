@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from kloom.opgraph import VIEW_OPS, OpNode
+from kloom.opgraph import VIEW_OPS, OpNode, int_list
 
-from .t_common import chain_code, cost, epilogue, float_tensor, int_list
+from .t_common import chain_code, cost, epilogue, float_tensor
 from .templates import GraphView, Match, register
 
 #: Pooling operators by aten name: (kind, pooled dimensions).
