@@ -21,6 +21,7 @@ Whether it beats cuDNN is the GPU benchmark's to say (``kernels/conv/bench_conv.
 ``folded transposed``); the strategist offers it only where it measured a win (``kernels/wins.json``).
 """
 
+import functools
 import math
 
 import torch
@@ -94,22 +95,17 @@ def reduction_table(c_in_g: int, kernel: tuple, stride: tuple, padding: tuple, d
     return [(len(e), *p[1:]) for e, p in zip(entries, phases)], entries, max(1, max(len(e) for e in entries))
 
 
-_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor, int, int]] = {}
-
-
+@functools.cache
 def _table_tensors(c_in_g, kernel, stride, padding, dilation, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """The reduction table (field by field, each phase's entries padded to ``k_max``) and the
     phases as int32 tensors on ``device``, with ``k_max`` and the number of phases: built once per
     geometry and device."""
-    key = (c_in_g, kernel, stride, padding, dilation, str(device))
-    if key not in _TABLES:
-        phases, entries, k_max = reduction_table(c_in_g, kernel, stride, padding, dilation)
-        flat = []
-        for entry in entries:
-            padded = entry + [(0,) * ENTRY_FIELDS] * (k_max - len(entry))
-            flat += [row[f] for f in range(ENTRY_FIELDS) for row in padded]
-        _TABLES[key] = phase_tensors(phases, flat, k_max, device)
-    return _TABLES[key]
+    phases, entries, k_max = reduction_table(c_in_g, kernel, stride, padding, dilation)
+    flat = []
+    for entry in entries:
+        padded = entry + [(0,) * ENTRY_FIELDS] * (k_max - len(entry))
+        flat += [row[f] for f in range(ENTRY_FIELDS) for row in padded]
+    return phase_tensors(phases, flat, k_max, device)
 
 
 def conv_transposed_folded_configs(dtype: torch.dtype, c_out_g: int, k_max: int) -> list[triton.Config]:

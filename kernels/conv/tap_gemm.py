@@ -31,6 +31,7 @@ Whether it beats cuDNN is the GPU benchmark's to say (``kernels/conv/bench_conv.
 ``taps``); the strategist offers it only where it measured a win (``kernels/wins.json``).
 """
 
+import functools
 import math
 
 import torch
@@ -140,18 +141,13 @@ def conv_tap_table(kernel: tuple, stride: tuple, padding: tuple, dilation: tuple
     return phases, taps, max(1, max(len(e) for e in taps))
 
 
-_TAP_TABLES: dict[tuple, tuple[torch.Tensor, torch.Tensor, int, int]] = {}
-
-
+@functools.cache
 def _tap_tensors(kernel, stride, padding, dilation, transposed, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """The tap table (each phase's entries padded to ``max_taps``) and the phases as int32 tensors
     on ``device``, with ``max_taps`` and the number of phases: built once per geometry and device."""
-    key = (kernel, stride, padding, dilation, transposed, str(device))
-    if key not in _TAP_TABLES:
-        phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
-        flat = [v for entry in taps for row in entry + [(0, 0, 0, 0)] * (max_taps - len(entry)) for v in row]
-        _TAP_TABLES[key] = phase_tensors(phases, flat, max_taps, device)
-    return _TAP_TABLES[key]
+    phases, taps, max_taps = conv_tap_table(kernel, stride, padding, dilation, transposed)
+    flat = [v for entry in taps for row in entry + [(0, 0, 0, 0)] * (max_taps - len(entry)) for v in row]
+    return phase_tensors(phases, flat, max_taps, device)
 
 
 def phase_tensors(phases: list, flat: list[int], width: int, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
