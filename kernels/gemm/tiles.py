@@ -50,4 +50,3 @@ def gemm_mma(a, b, acc, UPCAST: tl.constexpr, F32X3: tl.constexpr):
     else:
         acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
     return acc
-

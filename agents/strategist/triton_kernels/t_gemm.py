@@ -46,10 +46,9 @@ from __future__ import annotations
 import math
 
 from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS
-from kloom.opgraph import decode_float
+from kloom.opgraph import decode_float, int_list
 
 from .chains import Chain, follow
-from .t_common import int_list
 from .templates import GraphView, Match, RegionCost, nbytes, register
 
 GEMM_MODULE = "kernels.gemm.matmul"
@@ -81,6 +80,8 @@ FP32_HOW = {
     "gemm_fp32": " (full float32 on CUDA cores, no TF32)",
     "gemm_fp32x3": " (float32 on the tensor cores as three TF32 products carrying each operand's rounding error: float32's accuracy, no TF32 rounding)",
 }
+#: How a float32 convolution kernel of a ``*_fp32x3`` kind multiplies, as rationales say it.
+CONV_X3_HOW = "on the tensor cores as three TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
 #: How much faster than cuBLAS's float32 SGEMM three TF32 products run, for the roofline of a
 #: ``gemm_fp32x3`` region: 1.51-1.89x on the H100 on KernelBench's product shapes
 #: (``results/gpu/h100-session31/call2/probe``), the lower end of that taken.
@@ -299,16 +300,14 @@ class ConvEpilogue(_KindTemplate):
         elif folded:
             module, how = FOLDED_MODULE, (
                 f"convolution {shape} float32 with {c_in_g} input channel(s) a group as one implicit GEMM over its whole "
-                f"{window}-long window (channels x taps), on the tensor cores as three TF32 products carrying each operand's "
-                "rounding error (float32's accuracy, no TF32 rounding), with its bias"
+                f"{window}-long window (channels x taps), {CONV_X3_HOW}"
             )
             call = lambda names: (f"conv_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, {groups}, "  # noqa: E731
                                   f"{_chain_post(chain, names.read)}, precision=\"tf32x3\")")
         elif folded_t:
             module, how = FOLDED_TRANSPOSED_MODULE, (
                 f"transposed convolution {shape} float32 with {c_in_g} input channel(s) a group as one implicit GEMM per "
-                "output phase over every (channel, tap) pair that reaches it, on the tensor cores as three TF32 products "
-                "carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+                f"output phase over every (channel, tap) pair that reaches it, {CONV_X3_HOW}"
             )
             call = lambda names: (f"conv_transposed_folded({names.read(x)}, {names.read(w)}, {bias_arg(names)}, {args}, "  # noqa: E731
                                   f"{int_list(output_padding)!r}, {groups}, {_chain_post(chain, names.read)}, precision=\"tf32x3\")")
@@ -318,8 +317,7 @@ class ConvEpilogue(_KindTemplate):
             last = bool(verdict and verdict.channels_last)
             module, how = TAPS_MODULE, (
                 f"{'transposed ' if transposed else ''}convolution {shape} float32 as an implicit GEMM walking the filter's taps"
-                f"{' (split by output phase: only the taps that reach each)' if transposed else ''}, on the tensor cores as three "
-                f"TF32 products carrying each operand's rounding error (float32's accuracy, no TF32 rounding), with its bias"
+                f"{' (split by output phase: only the taps that reach each)' if transposed else ''}, {CONV_X3_HOW}"
                 + (", the input made channels-last first (the layout the GPU benchmark measured faster)" if last else "")
             )
             layout = ", channels_last=True" if last else ""
