@@ -20,6 +20,7 @@ def cases() -> list[Case]:
     shape = (128, 4096, 1024)
     return [
         _case("sum over dim 1 of (128,4096,1024) fp32", shape, torch.float32, lambda x: torch.sum(x, dim=1, keepdim=True), [1], "sum", True),
+        _case("sum over dim 1 of (64,4096,4095) fp32 (rows not 16-byte aligned)", (64, 4096, 4095), torch.float32, lambda x: torch.sum(x, dim=1, keepdim=True), [1], "sum", True),
         _case("argmax over dim 1 of (128,4096,1024) fp32", shape, torch.float32, lambda x: torch.argmax(x, dim=1), [1], "argmax", exact=True),
         _case("Frobenius norm of (16,64,512,512) fp32", (16, 64, 512, 512), torch.float32, lambda x: torch.norm(x, p="fro"), [], "norm2"),
         _case("mean over rows (16384,16384) bf16", (16384, 16384), torch.bfloat16, lambda x: x.mean(dim=1), [1], "mean"),

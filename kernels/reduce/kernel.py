@@ -167,7 +167,10 @@ def _rd_rows(
 
 
 def _rd_cols_configs():
-    return [triton.Config({"BLOCK_R": r, "BLOCK_I": i}, num_warps=4) for r, i in ((32, 64), (8, 128), (32, 32), (8, 64))]
+    # Wide column tiles with more warps keep more loads in flight where the rows are not 16-byte
+    # aligned (an odd inner length), when each lane reads one element a load.
+    narrow = [triton.Config({"BLOCK_R": r, "BLOCK_I": i}, num_warps=4) for r, i in ((32, 64), (8, 128), (32, 32), (8, 64))]
+    return narrow + [triton.Config({"BLOCK_R": r, "BLOCK_I": i}, num_warps=8) for r, i in ((16, 256), (8, 512), (32, 256))]
 
 
 def _rd_cols_prune(configs, named_args, **kwargs):
