@@ -134,8 +134,12 @@ class OfflinePlanner:
             self.done_reason = at_floor
             return None, Usage()
         remaining = ctx.budget.limits.max_iters - ctx.budget.steps_done
-        # A best slower than the reference is no better than the reference itself.
-        has_correct = ctx.best is not None and (ctx.best.speedup or 0.0) >= 1.0
+        # The reference's copy is the job's correct anchor: it is needed only while no candidate is
+        # correct. A correct candidate slower than the reference already makes the job's outcome
+        # "no faster kernel found" (the reference stands at 1.00x); spending the last step on the
+        # copy then took the place of an untried option (torch.compile, 1.15x on a transposed
+        # convolution whose two kernel candidates had lost).
+        has_correct = ctx.best is not None
         options = self._ranked(ctx, analysis, tried)
         anchor = next((o for o in options if o.strategy == REFERENCE_COPY), None)
         if anchor and not has_correct and (remaining <= 1 or len(options) == 1):

@@ -101,6 +101,28 @@ def test_when_everything_left_lost_elsewhere_the_reference_comes_first(cross_ent
     assert sorted(order[1:]) == sorted(OPTIONS)
 
 
+def test_correct_candidates_slower_than_the_reference_leave_the_last_step_to_an_untried_option(cross_entropy, catalog_order):
+    """A correct candidate, even a slower one, is the job's correct anchor: the reference's copy
+    does not take the last step from an option not yet tried."""
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    ctx.budget.limits.max_iters = len(catalog_order)
+    order = _run(ctx, {s: 0.8 for s in OPTIONS})
+    assert order == catalog_order and "reference_copy" not in order
+
+
+def test_with_nothing_correct_the_last_step_is_the_reference(cross_entropy, catalog_order):
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    ctx.budget.limits.max_iters = 2
+    planner = OfflinePlanner()
+    plan, _ = planner.plan(ctx)
+    ctx.history.append(_step(0, plan, offline_candidate(ctx, plan.params, plan.strategy), None))
+    ctx.budget.steps_done = 1
+    last, _ = planner.plan(ctx)
+    assert last.strategy == "reference_copy" and "no candidate is correct yet" in last.rationale
+
+
 def test_thin_evidence_changes_nothing(cross_entropy, catalog_order):
     path, analysis = cross_entropy
     ctx = planning_context(path, analysis)
