@@ -51,7 +51,7 @@ def test_the_kernel_hashes_and_sums_as_the_cpu_does_interpreted():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["kernel", "staged"])
-@pytest.mark.parametrize("case", ["contiguous", "strided", "complex", "pieces", "fp8"])
+@pytest.mark.parametrize("case", ["contiguous", "strided", "channels-last", "complex", "pieces", "fp8"])
 def test_the_gpu_projection_equals_the_cpus(monkeypatch, case, path):
     """Each GPU path (the Triton kernel per call; leaves staged and projected per block) against
     the CPU's per-call tensor code."""
@@ -63,6 +63,8 @@ def test_the_gpu_projection_equals_the_cpus(monkeypatch, case, path):
     x = torch.randn(300, 257, generator=g)
     if case == "strided":
         x = x.t()[:, ::2]
+    elif case == "channels-last":
+        x = torch.randn(6, 32, 40, 50, generator=g).contiguous(memory_format=torch.channels_last)
     elif case == "complex":
         x = torch.randn(300, 257, dtype=torch.complex64, generator=g).conj()
     elif case == "pieces":
@@ -91,3 +93,54 @@ def test_the_gpu_projection_equals_the_cpus(monkeypatch, case, path):
     for call in range(3):  # a block of calls: each call's signs, alike on both
         assert cpu[1].p[call] == pytest.approx(gpu[1].p[call], rel=1e-10) and cpu[1].p2[call] == pytest.approx(gpu[1].p2[call], rel=1e-10)
     assert cpu[1].p[0] != cpu[1].p[1]
+
+
+DENSE = r'''
+import torch
+from services.worker.evaluator import projection as P
+from services.worker.evaluator.projection_kernel import dense_layout, project_dense, project_piece
+
+g = torch.Generator().manual_seed(9)
+base = torch.randn(3, 5, 7, 4, generator=g)
+cases = {
+    "channels-last": base.contiguous(memory_format=torch.channels_last),
+    "channels-last 3-D": torch.randn(2, 3, 4, 5, 6, generator=g).contiguous(memory_format=torch.channels_last_3d),
+    "transpose": torch.randn(37, 53, generator=g).t(),
+    "permutation": base.permute(2, 0, 3, 1),
+    "size-one dims": torch.randn(4, 1, 6, 1, 5, generator=g).permute(4, 3, 0, 2, 1),
+    "offset view": torch.randn(2, 40, 30, generator=g)[1].t(),
+    "bf16": base.to(torch.bfloat16).permute(0, 2, 3, 1),
+    "fp8": base.to(torch.float8_e4m3fn).permute(3, 1, 0, 2),
+    "bool": (base > 0).permute(1, 0, 3, 2),
+}
+for name, t in cases.items():
+    assert not t.is_contiguous(), name
+    layout = dense_layout(t)
+    assert layout is not None and len(layout[0]) == 4, (name, layout)
+    for key in (1, P._key(987654321, 3, 0, 17), (1 << 32) - 5):
+        got = project_dense(t, layout, key)
+        want = project_piece(t.contiguous().reshape(-1), 0, key)
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-9), (name, key, got.tolist(), want.tolist())
+# Through the projector, as a rank calls it: the same numbers as the row-major reading.
+x = base.contiguous(memory_format=torch.channels_last)
+assert torch.allclose(P.Projector(5, "cpu").leaf(2, x, call=3), P.Projector(5, "cpu").leaf(2, x.contiguous(), call=3), rtol=1e-12)
+# Not one dense span, or too many dimensions left after merging: read in row-major pieces.
+assert dense_layout(torch.randn(6, 8)[:, ::2]) is None
+assert dense_layout(torch.randn(5, 1).expand(5, 4)) is None
+assert dense_layout(torch.randn(2, 3, 2, 3, 2).permute(4, 2, 0, 3, 1)) is None
+assert dense_layout(torch.randn(0, 3).t()) is None
+# Dimensions adjacent in both orders merge: channels-last (N, C, H, W) is N, (H W), C in memory.
+sizes, strides = dense_layout(base.contiguous(memory_format=torch.channels_last))
+assert sizes == [1, 3, 28, 5] and strides == [0, 140, 1, 28], (sizes, strides)
+print("same")
+'''
+
+
+def test_a_leaf_stored_in_another_order_projects_as_its_row_major_copy_interpreted():
+    """A candidate's output stored densely in another order of its dimensions (channels-last, a
+    transpose) is read in memory order with each element's row-major index decoded, and gives the
+    numbers of its contiguous copy; gaps, broadcasts and layouts of more than four merged
+    dimensions are left to the row-major pieces."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", DENSE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "same" in done.stdout, done.stderr[-3000:]

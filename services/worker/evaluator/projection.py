@@ -36,7 +36,10 @@ first use costs 0.5 s in each new candidate process. The copy and the projection
 after the call, outside the side's clock and inside the judge's, as before. Elements are read in
 chunks of at most ``CHUNK`` (1M; each converted to float64, with its signs), so no buffer of the
 outputs' full size is made (on a GPU, leaves from ``KERNEL_MIN_BYTES`` up go through one Triton
-kernel per piece, which hashes the indices in registers: ``projection_kernel.py``); complex leaves
+kernel per piece, which hashes the indices in registers: ``projection_kernel.py``; a leaf stored
+densely in another order of its dimensions, channels-last say, is read in memory order, each
+element's row-major index decoded from its offset, so its layout costs the judge no more than a
+contiguous one: ``project_dense``); complex leaves
 are read as their real view, bool and integer leaves as float64 (their tolerance is 0: exact).
 Non-tensor leaves are skipped.
 """
@@ -257,9 +260,13 @@ class Projector:
     def _leaf_on_gpu(self, position: int, t: torch.Tensor, call: int) -> torch.Tensor:
         """``leaf`` by one Triton kernel per piece (``projection_kernel``): the same numbers, with
         no sign or float64 buffers (a contiguous leaf is read in place)."""
-        from .projection_kernel import project_piece  # optional: triton (CPU installs may lack it); projection_kernel imports this module too
+        from .projection_kernel import dense_layout, project_dense, project_piece  # optional: triton (CPU installs may lack it); projection_kernel imports this module too
 
         t = _real_view(t)
+        if not t.is_contiguous():
+            layout = dense_layout(t)
+            if layout is not None:  # read in memory order, not gathered in row-major pieces
+                return project_dense(t, layout, _key(self.seed, position, 0, call))
         parts = []
         for start, piece in _chunks(t, GPU_PIECE if t.is_contiguous() else GPU_COPY):
             for done, size, first in _spans(start, piece.numel()):
@@ -334,12 +341,15 @@ def kernel_dtypes(outputs: list[tuple[int, str]]) -> set[torch.dtype]:
 
 
 def warm(device: torch.device, outputs: list[tuple[int, str]]) -> None:
-    """Compile the GPU projection kernel before anything is timed, for the dtypes ``outputs``
+    """Compile the GPU projection kernels (row-major and memory-order) before anything is timed, for the dtypes ``outputs``
     will use it for (``kernel_dtypes``; its first call for a dtype compiles or loads it: 0.5 s for
     three dtypes in a new process on an H200). Smaller outputs never reach it."""
     dtypes = kernel_dtypes(outputs) if device.type == "cuda" else set()
     if dtypes:
-        from .projection_kernel import project_piece  # optional: triton
+        from .projection_kernel import dense_layout, project_dense, project_piece  # optional: triton
 
         for dtype in dtypes:
             project_piece(torch.zeros(8, device=device, dtype=dtype), 0, 1)
+            # The kernel for leaves stored in another order (a candidate's channels-last output).
+            other = torch.zeros(2, 4, device=device, dtype=dtype).t()
+            project_dense(other, dense_layout(other), 1)
