@@ -141,6 +141,18 @@ class GraphView:
         family = self._versions(tid)
         return any(t.storage == storage and t.id not in family for t in self.graph.tensors.values())
 
+    def viewed_before(self, tid: int, first: int, made: set[int]) -> int | None:
+        """A tensor outside ``made`` that shares ``tid``'s memory and existed before node ``first``
+        (a leaf, or made by an earlier node), else None: ``tid`` is then a view of it (an
+        ``alias``), and a kernel that writes ``tid`` as fresh memory would cut the two apart for
+        every later write through either."""
+        storage = self.tensor(tid).storage
+        earlier = [t.id for t in self.graph.tensors.values() if t.storage == storage and t.id not in made and self.producer.get(t.id, -1) < first]
+        if not earlier:
+            return None
+        family = self._versions(tid)
+        return next((t for t in earlier if t not in family), None)
+
     def _versions(self, tid: int) -> set[int]:
         """``tid`` and every version of the same tensor written in place."""
         family = {tid}
@@ -192,6 +204,10 @@ def check_match(view: GraphView, match: Match) -> None:
                 continue
             if view.producer.get(written) not in nodes or view.aliased(written):
                 raise MatchError(f"{match.template}: node {i} writes tensor {written}, which code outside the region can see")
+    for tid in match.outputs:
+        viewed = view.viewed_before(tid, min(nodes), made)
+        if viewed is not None:
+            raise MatchError(f"{match.template}: output {tid} is a view of tensor {viewed}, made before the region (its kernel writes fresh memory)")
 
 
 #: The registered templates, by name.
