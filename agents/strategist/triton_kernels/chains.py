@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kernels.elementwise.opcodes import EW_MAX_OPERANDS, EW_OPERAND, EW_OPS, EW_REGISTERS, EW_SCALAR
 
-from .lowering import FLOAT_DTYPES, MicroOp, lower
+from .lowering import FLOAT_DTYPES, ROUNDING, MicroOp, lower
 from .templates import GraphView
 
 
@@ -103,9 +103,12 @@ def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned:
     return None
 
 
-def compile_nodes(view: GraphView, start: int, nodes: list[int], operands: tuple[int, ...] = (), owned: bool = False) -> Chain | None:
+def compile_nodes(
+    view: GraphView, start: int, nodes: list[int], operands: tuple[int, ...] = (), owned: bool = False, exact: bool = False
+) -> Chain | None:
     """The chain of exactly ``nodes`` (in graph order) from ``start``, or None when a value of
-    theirs other than the last is read elsewhere, or the program does not fit."""
+    theirs other than the last is read elsewhere, or the program does not fit. ``exact``: every
+    low-precision value rounded as the reference rounds it (``_micro_ops``)."""
     members = set(nodes)
     final = view.node(nodes[-1]).outputs[0]
     made = {t for i in nodes for t in view.node(i).outputs if t is not None} | {new for i in nodes for _, new in view.node(i).writes}
@@ -116,8 +119,39 @@ def compile_nodes(view: GraphView, start: int, nodes: list[int], operands: tuple
             return None  # an intermediate read outside the chain would have to be stored
     if view.tensor(final).dtype not in FLOAT_DTYPES:
         return None
-    micro = [op for i in nodes for op in lower(view.node(i), lambda t: view.tensor(t).dtype)]
-    return _allocate(view, start, nodes, final, micro, operands)
+    return _allocate(view, start, nodes, final, _micro_ops(view, start, nodes, exact), operands)
+
+
+def _micro_ops(view: GraphView, start: int, nodes: list[int], exact: bool = False) -> list[MicroOp]:
+    """The nodes' micro-ops. A program holds every value in float32 where the reference rounds
+    each operator's result to its dtype; that is within a low-precision result's tolerance, but
+    not once a chain widens a bfloat16/float16 value (``.float()``, a float32 parameter times it),
+    nor where an index is picked from its values (``exact``: an argmax over bfloat16 values, whose
+    ties the rounding makes): then ``start`` and every low-precision value the chain makes are
+    rounded to their dtype as the reference rounds them (a value loaded from memory is exact already)."""
+
+    def dtype(tid) -> str:
+        return view.tensor(tid).dtype
+
+    lowered = [(view.node(i), lower(view.node(i), dtype)) for i in nodes]
+    widens = any(dtype(t) in ROUNDING and dtype(node.outputs[0]) != dtype(t) for node, _ in lowered for t in node.tensor_args())
+    if not (widens or exact):
+        return [op for _, ops in lowered for op in ops]
+    rounded = ("rounded", start) if dtype(start) in ROUNDING else start
+    micro = [MicroOp(ROUNDING[dtype(start)], rounded, ("tensor", start))] if rounded != start else []
+
+    def read(ref):
+        return ("tensor", rounded) if ref == ("tensor", start) else ref
+
+    for node, ops in lowered:
+        out = node.outputs[0]
+        if dtype(out) not in ROUNDING:
+            micro += [MicroOp(op.op, op.out, read(op.a), read(op.b), op.params) for op in ops]
+            continue
+        raw = ("unrounded", out)
+        micro += [MicroOp(op.op, raw if op.out == out else op.out, read(op.a), read(op.b), op.params) for op in ops]
+        micro.append(MicroOp(ROUNDING[dtype(out)], out, ("tensor", raw)))
+    return micro
 
 
 def _allocate(view: GraphView, start: int, nodes: list[int], final: int, micro: list[MicroOp], operands) -> Chain | None:

@@ -36,7 +36,7 @@ _UNARY = {
     "alias": "copy", "square": "square",
 }  # fmt: skip
 _BINARY = {"mul": "mul", "maximum": "maximum", "minimum": "minimum", "gt": "gt", "ge": "ge", "lt": "lt", "le": "le", "eq": "eq", "ne": "ne"}
-_ROUNDING = {"bfloat16": "round_bf16", "float16": "round_fp16"}
+ROUNDING = {"bfloat16": "round_bf16", "float16": "round_fp16"}
 
 
 def base_name(node: OpNode) -> str:
@@ -75,6 +75,9 @@ def lower(node: OpNode, dtype_of) -> list[MicroOp] | None:
     if name == "elu":
         scalars = (node.arg("alpha"), node.arg("scale"), node.arg("input_scale"))
         return [MicroOp("elu", out, first, params=tuple(float(decode_float(s)) for s in scalars))]
+    if name == "celu":  # max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): an ELU of input scale 1 / alpha
+        alpha = float(decode_float(node.arg("alpha")))
+        return [MicroOp("elu", out, first, params=(alpha, 1.0, 1.0 / alpha))] if alpha else None
     if name == "hardtanh":
         return [MicroOp("hardtanh", out, first, params=(float(decode_float(node.arg("min_val"))), float(decode_float(node.arg("max_val")))))]
     if name == "log_sigmoid_forward":
@@ -152,6 +155,6 @@ def _cast(node: OpNode, out, first: Ref | None, dtype_of) -> list[MicroOp] | Non
     target = dtype["dtype"] if isinstance(dtype, dict) else source
     if target not in FLOAT_DTYPES or source not in FLOAT_DTYPES + ("bool",):
         return None
-    if target in _ROUNDING and source not in (target, "bool"):
-        return [MicroOp(_ROUNDING[target], out, first)]
+    if target in ROUNDING and source not in (target, "bool"):
+        return [MicroOp(ROUNDING[target], out, first)]
     return [MicroOp("copy", out, first)]

@@ -17,6 +17,13 @@ def float_tensor(view: GraphView, value) -> int | None:
     return None
 
 
+def filled_tensor(view: GraphView, value) -> int | None:
+    """``float_tensor``'s id where the tensor has a dimension and an element (the reduction and
+    scan kernels refuse a 0-d or empty one, the softmax a 0-d one), else None."""
+    tid = float_tensor(view, value)
+    return tid if tid is not None and view.tensor(tid).shape and view.tensor(tid).numel else None
+
+
 def optional_tensor(value) -> int | None | bool:
     """A tensor argument's id, None for an absent optional one, False for anything else."""
     if value is None:
@@ -36,9 +43,11 @@ def epilogue(view: GraphView, tid: int, node: OpNode) -> Chain | None:
     return follow(view, tid, owned=True)
 
 
-def prologue(view: GraphView, tid: int, consumer: int, max_depth: int = 16) -> Chain | None:
+def prologue(view: GraphView, tid: int, consumer: int, max_depth: int = 16, exact: bool = False) -> Chain | None:
     """The elementwise chain that makes ``tid`` for ``consumer`` alone, from a value of the
-    same shape the consumer's kernel can load instead (``x * mask`` before a cumulative sum)."""
+    same shape the consumer's kernel can load instead (``x * mask`` before a cumulative sum).
+    ``exact``: its low-precision values rounded as the reference's are (the consumer picks an
+    index from them)."""
     if view.users(tid) != [consumer] or tid in view.returned:
         return None
     shape = view.tensor(tid).shape
@@ -57,7 +66,7 @@ def prologue(view: GraphView, tid: int, consumer: int, max_depth: int = 16) -> C
     for start in sorted(starts):
         if view.tensor(start).dtype not in FLOAT_DTYPES:
             continue
-        chain = compile_nodes(view, start, sorted(seen))
+        chain = compile_nodes(view, start, sorted(seen), exact=exact)
         if chain is not None and chain.output == tid:
             return chain
     return None

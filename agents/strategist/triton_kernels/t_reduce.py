@@ -10,7 +10,7 @@ import math
 from kloom.opgraph import OpNode, decode_float
 
 from .chains import Chain
-from .t_common import chain_code, cost, epilogue, float_tensor, prologue
+from .t_common import chain_code, cost, epilogue, filled_tensor, prologue
 from .templates import GraphView, Match, register
 
 _NORMS = {1.0: "norm1", 2.0: "norm2", math.inf: "norm_inf"}
@@ -28,7 +28,7 @@ def _dims(value, ndim: int) -> list[int] | None:
 def _reduction(view: GraphView, node: OpNode) -> tuple[str, list[int], bool, bool] | None:
     """(op, dims, keepdim, with indices) of a reduction node the kernels compute, else None."""
     name = node.op.split("::")[-1]
-    x = float_tensor(view, node.arg("self"))
+    x = filled_tensor(view, node.arg("self"))
     if x is None or (node.arg("dtype") is not None and node.arg("dtype").get("dtype") != view.tensor(x).dtype):
         return None
     ndim = len(view.tensor(x).shape)
@@ -73,9 +73,9 @@ class Reduction:
                 continue
             op, dims, keepdim, indexed = spec
             x = node.arg("self")["tensor"]
-            pre = prologue(view, x, node.index)
-            start = pre.start if pre else x
             arg_only = op in ("argmax", "argmin")
+            pre = prologue(view, x, node.index, exact=arg_only or indexed)
+            start = pre.start if pre else x
             post = None if (arg_only or indexed) else epilogue(view, node.outputs[0], node)
             found.append(self._match(view, node, op, dims, keepdim, indexed, start, pre, post))
         return found
@@ -125,7 +125,7 @@ class Scan:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in ("aten::cumsum", "aten::cumprod") or node.overload.startswith("out"):
                 continue
-            x = float_tensor(view, node.arg("self"))
+            x = filled_tensor(view, node.arg("self"))
             if x is None or (node.arg("dtype") is not None and node.arg("dtype").get("dtype") != view.tensor(x).dtype):
                 continue
             dim = int(node.arg("dim")) % max(len(view.tensor(x).shape), 1)

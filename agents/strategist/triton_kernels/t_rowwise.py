@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kloom.opgraph import OpNode, decode_float
 
-from .t_common import chain_code, cost, epilogue, float_tensor, optional_tensor, unused
+from .t_common import chain_code, cost, epilogue, filled_tensor, float_tensor, optional_tensor, unused
 from .templates import GraphView, Match, register
 
 
@@ -53,7 +53,7 @@ class Softmax:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in ("aten::_softmax", "aten::_log_softmax"):
                 continue
-            x = float_tensor(view, node.arg("self"))
+            x = filled_tensor(view, node.arg("self"))
             if x is None:
                 continue
             log = node.op == "aten::_log_softmax"
