@@ -1,0 +1,17 @@
+"""Softsign written by hand."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x / (1 + torch.abs(x))
+
+
+def get_inputs():
+    return [torch.randn(16, 300)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,17 @@
+"""LogSoftmax over dim 1."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.log_softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 500)]
+
+
+def get_init_inputs():
+    return []

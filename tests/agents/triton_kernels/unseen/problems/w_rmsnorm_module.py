@@ -1,0 +1,21 @@
+"""nn.RMSNorm with an eps."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n = nn.RMSNorm(32, eps=1e-6)
+
+    def forward(self, x):
+        return self.n(x)
+
+
+def get_inputs():
+    return [torch.randn(6, 32)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,21 @@
+"""Subtraction with alpha, rsub."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x, y):
+        return torch.sub(x, y, alpha=2.0) + torch.rsub(x, 3.0)
+
+
+def get_inputs():
+    return [torch.randn(8, 20), torch.randn(8, 20)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,21 @@
+"""Conv2d with a stride larger than its kernel."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 2, stride=3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 14, 13)]
+
+
+def get_init_inputs():
+    return []
