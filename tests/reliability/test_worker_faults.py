@@ -19,16 +19,21 @@ from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 LLM_KEY = "sk-reliability-fake-" + os.urandom(8).hex()
 CANDIDATE = (Path(__file__).resolve().parents[1] / "evaluator" / "candidates" / "correct.py").read_text()
-#: One answer that reads as a plan (its JSON object) and as a candidate (its code block), so that
-#: a step redone after a worker died gets a usable answer whichever role asks.
-ANSWER = '{"strategy": "rewrite", "params": {}, "rationale": "scripted"}\n\n```python\n' + CANDIDATE + "```\n"
+
+
+def _answer(n: int) -> str:
+    """An answer that reads as a plan (its JSON object) and as a candidate (its code block), so that
+    a step redone after a worker died gets a usable answer whichever role asks. Each answer's code
+    differs (a comment): the same code twice is recorded as skipped at once, without evaluating it,
+    and a job of one evaluated step and two skipped ones could finish before the worker was killed."""
+    return '{"strategy": "rewrite", "params": {}, "rationale": "scripted"}\n\n```python\n' + CANDIDATE + f"# variant {n}\n```\n"
 
 
 @pytest.fixture(scope="module")
 def fake_llm():
-    """A scripted OpenAI-compatible model on loopback that always answers ``ANSWER``."""
+    """A scripted OpenAI-compatible model on loopback that answers ``_answer(n)`` to its n-th request."""
     with FakeOpenAIServer(api_key=LLM_KEY) as server:
-        server.add(*[Reply.text(ANSWER, prompt_tokens=500, completion_tokens=200) for _ in range(200)])
+        server.add(*[Reply.text(_answer(n), prompt_tokens=500, completion_tokens=200) for n in range(200)])
         yield server
 
 
