@@ -101,6 +101,26 @@ def ew_softplus(a):
 
 
 @triton.jit
+def ew_log1p(a):
+    """log(1 + a) to float32's relative accuracy near 0, where 1 + a drops a's low bits: the
+    rounding of ``u = 1 + a`` is undone by the factor a / (u - 1) (exact where u is 1)."""
+    u = 1.0 + a
+    v = tl.where(u == 1.0, a, tl.log(u) * (a / (u - 1.0)))
+    return tl.where(u == float("inf"), u, v)
+
+
+@triton.jit
+def ew_expm1(a):
+    """exp(a) - 1 to float32's relative accuracy near 0, where the subtraction cancels: the
+    rounding of ``u = exp(a)`` is undone by the factor a / log(u) (exact where u is 1)."""
+    u = tl.exp(a)
+    um1 = u - 1.0
+    v = tl.where(u == 1.0, a, um1 * (a / tl.log(u)))
+    v = tl.where(um1 == -1.0, -1.0, v)
+    return tl.where(u == float("inf"), u, v)
+
+
+@triton.jit
 def ew_pow(a, b):
     """``a ** b`` as torch computes it for real a and b (negative bases with integral exponents)."""
     mag = tl.exp(b * tl.log(tl.abs(a)))
@@ -178,9 +198,9 @@ def _ew_unary(OP: tl.constexpr, a):
     elif OP == _EW_HARDSWISH:
         v = a * tl.minimum(tl.maximum(a + 3.0, 0.0), 6.0) / 6.0
     elif OP == _EW_LOG1P:
-        v = tl.log(1.0 + a)
+        v = ew_log1p(a)
     elif OP == _EW_EXPM1:
-        v = tl.exp(a) - 1.0
+        v = ew_expm1(a)
     elif OP == _EW_ERF:
         v = tl.erf(a)
     elif OP == _EW_SIN:

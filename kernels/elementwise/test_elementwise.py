@@ -117,3 +117,17 @@ def test_layouts_fold_broadcast_dimensions():
 def test_unsupported_arguments_raise(inputs, shape, dtype, why):
     with pytest.raises(KernelUnsupported, match=why):
         ew_chain(inputs, (C["relu"], 0, 0, 0), (), shape, dtype)
+
+
+def test_log1p_and_expm1_keep_their_relative_accuracy_near_zero():
+    """log(1 + x) and exp(x) - 1 as written lose every digit of a tiny x (1 + 1e-7 is 1.00000012 in
+    float32: 19% off); the kernels' log1p and expm1 keep float32's relative accuracy there, and
+    their edges (-1, inf, large negatives) as torch has them."""
+    tiny = torch.tensor([1e-7, -1e-7, 3e-6, -2e-5, 1e-4, -4e-4, 0.0, 1e-30], dtype=torch.float32)
+    edges = torch.tensor([-1.0, float("inf"), -100.0, 80.0, 0.5, -0.5, 3.0], dtype=torch.float32)
+    for name, ref in (("log1p", torch.log1p), ("expm1", torch.expm1)):
+        x = torch.cat([tiny, edges[1:] if name == "log1p" else edges])
+        got = ew_chain([x], (EW_OPS[name].code, 0, 0, 0), (), tuple(x.shape), torch.float32)
+        torch.testing.assert_close(got, ref(x), rtol=2e-6, atol=0.0, equal_nan=True)
+    got = ew_chain([torch.tensor([-1.0])], (EW_OPS["log1p"].code, 0, 0, 0), (), (1,), torch.float32)
+    assert got.item() == float("-inf")
