@@ -137,21 +137,23 @@ class GraphView:
         """Whether other values share ``tid``'s memory (views of it, or it of something; versions
         of it written in place do not count): a kernel that writes a fresh tensor instead of
         ``tid`` would then change what they see."""
-        storage = self.tensor(tid).storage
-        family = self._versions(tid)
-        return any(t.storage == storage and t.id not in family for t in self.graph.tensors.values())
+        return bool(self._sharing(tid))
 
     def viewed_before(self, tid: int, first: int, made: set[int]) -> int | None:
         """A tensor outside ``made`` that shares ``tid``'s memory and existed before node ``first``
         (a leaf, or made by an earlier node), else None: ``tid`` is then a view of it (an
         ``alias``), and a kernel that writes ``tid`` as fresh memory would cut the two apart for
         every later write through either."""
+        return next((t for t in self._sharing(tid) if t not in made and self.producer.get(t, -1) < first), None)
+
+    def _sharing(self, tid: int) -> list[int]:
+        """The tensors that share ``tid``'s memory, other than ``tid`` and its versions written in place."""
         storage = self.tensor(tid).storage
-        earlier = [t.id for t in self.graph.tensors.values() if t.storage == storage and t.id not in made and self.producer.get(t.id, -1) < first]
-        if not earlier:
-            return None
+        others = [t.id for t in self.graph.tensors.values() if t.storage == storage and t.id != tid]
+        if not others:
+            return []
         family = self._versions(tid)
-        return next((t for t in earlier if t not in family), None)
+        return [t for t in others if t not in family]
 
     def _versions(self, tid: int) -> set[int]:
         """``tid`` and every version of the same tensor written in place."""
