@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kloom.opgraph import OpGraph
 
-from .templates import Match
+from .templates import Match, laid_out
 
 #: Embedded once: the library namespace of this import, and outputs that own their memory (a
 #: custom operator must not return a view of its input or of another output).
@@ -74,7 +74,7 @@ def region_operator(graph: OpGraph, match: Match, index: int) -> tuple[str, list
     if match.writes:
         raise NotCompilable(f"{match.template} writes tensors in place, which an opaque operator may not")
     names = _RegionNames()
-    statements = match.emit(names)
+    statements = laid_out(graph, match, names)
     params = names.params
     if not params:
         raise NotCompilable(f"{match.template} reads no tensor")

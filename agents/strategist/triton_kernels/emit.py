@@ -15,7 +15,7 @@ from kloom.opgraph import OpGraph, decode_float, has_opaque, tensor_ids
 
 from ..embed import clashes, embed_kernels, runtime_source
 from .compiled import CompiledRegions, NotCompilable
-from .templates import Match
+from .templates import Match, laid_out
 
 #: Operators whose results the replay cannot reproduce (random draws).
 RANDOM_OPS = frozenset({
@@ -142,6 +142,13 @@ _SAME = '''
 def _kl_same(t, shape, stride, dtype, device):
     """Whether ``t`` is a tensor like the traced one (the replay holds only for those)."""
     return isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.stride() == stride and t.dtype == dtype and t.device.type == device
+
+
+def _kl_strided(t, stride):
+    """``t`` in the traced layout ``stride`` (a kernel writes row-major memory; what follows assumes the trace's)."""
+    if t.stride() == stride:
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 '''
 
 
@@ -182,7 +189,7 @@ def _replay(graph: OpGraph, matches: list[Match], region) -> list[str]:
 
 def _kernel_lines(graph: OpGraph, matches: list[Match]) -> str:
     """The replay with each region's kernel call, indented as the body of a ``with`` in a method."""
-    return "\n".join("            " + line for line in _replay(graph, matches, lambda match, names: match.emit(names)))
+    return "\n".join("            " + line for line in _replay(graph, matches, lambda match, names: laid_out(graph, match, names)))
 
 
 #: The CUDA-graph runtime a graphed replay carries.

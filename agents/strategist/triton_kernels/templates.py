@@ -230,6 +230,32 @@ def ordered(names: list[str] | None = None) -> list[Template]:
     return sorted(chosen, key=lambda t: (t.priority, t.name))
 
 
+def laid_out(graph: OpGraph, match: Match, names: Namer) -> list[str]:
+    """``match``'s statements, then each output the trace saw in another layout than row-major
+    (an attention's output over (batch, length, heads), a convolution's of a channels-last input)
+    copied into that layout where its kernel wrote row-major memory: the replay's later views and
+    the compiled replay's fake results assume the traced strides (a ``contiguous()`` that copied
+    nothing in the trace is not in the replay, and the ``view`` after it failed on an attention
+    kernel's output)."""
+    lines = match.emit(names)
+    for tid in match.outputs:
+        info = graph.tensors[tid]
+        if not info.contiguous and _dense(info):
+            name = names.read(tid)
+            lines.append(f"{name} = _kl_strided({name}, {tuple(info.stride)!r})")
+    return lines
+
+
+def _dense(info: TensorInfo) -> bool:
+    """Whether the layout covers its elements once each, without gaps (a permuted row-major one)."""
+    expected = 1
+    for size, stride in sorted((p for p in zip(info.shape, info.stride) if p[0] != 1), key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def nbytes(info: TensorInfo) -> int:
     """The bytes of one tensor value."""
     return info.numel * DTYPE_BYTES.get(info.dtype, 4)

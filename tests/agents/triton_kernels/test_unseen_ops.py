@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from agents.strategist.triton_kernels.chains import follow
+from agents.strategist.triton_kernels.emit import candidate_source
+from agents.strategist.triton_kernels.plan import find_matches
 from agents.strategist.triton_kernels.templates import GraphView
 from kernels.elementwise.opcodes import EW_OPS
 from kloom.opgraph import OpGraph
@@ -145,3 +147,20 @@ def test_celu_is_an_elu_in_the_chain(interpret):
     """CELU was left out of the elementwise chain (it is an ELU of input scale 1 / alpha)."""
     (outcome,) = _assert_correct("x_activations_misc")
     assert outcome.left == [] and "celu" in outcome.regions[0]
+
+
+@pytest.mark.parametrize("compile_mode", [None, "default"])
+def test_a_region_output_the_trace_saw_in_another_layout_keeps_that_layout(interpret, compile_mode):
+    """nn.MultiheadAttention reads the attention's output, which PyTorch's kernels lay out as
+    (length, batch, heads, depth), through a permute, a ``contiguous()`` that copied nothing (so is
+    not in the trace) and a ``view``: the attention kernel wrote it row-major, and the replayed
+    ``view`` raised. The compiled replay's region must return the traced layout too: its fake
+    result says so, and inductor reads the real one as the fake's."""
+    path = probe.PROBLEMS / "n_mha_post_norm.py"
+    problem = probe.load(path)
+    graph = probe.trace(problem)
+    found = find_matches(graph, None, wins={}, force=probe.EVERY_KIND)
+    attention = next(m for m in found.matches if m.kind == "attention_fp32x3")
+    assert not graph.tensors[attention.outputs[0]].contiguous
+    source = candidate_source(path.read_text(), graph, found.matches, "test", compile_mode)
+    assert probe.check_candidate(problem, probe.candidate_module(path, source, f"layout_{compile_mode}"), seeds=(2,)) == ""
