@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.kernel import KernelUnsupported, ew_bench, ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 
 BN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Elements of one channel a statistics program reads (a multiple of every chunk size).
@@ -111,7 +111,7 @@ def _bn_apply_kernel(
     x = tl.load(x_ptr + idx, mask=mask, other=0.0).to(tl.float32)
     y = x * tl.load(scale_ptr + channel, mask=mask, other=0.0) + tl.load(shift_ptr + channel, mask=mask, other=0.0)
     y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def batch_norm(x, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float, post=None, dtype=None):

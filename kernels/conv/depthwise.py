@@ -24,7 +24,7 @@ import triton.language as tl
 
 from kernels.conv.implicit_gemm import conv_setup
 from kernels.conv.launch import launch
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 from kernels.conv.window import window_configs, window_positions, window_programs, window_tap
 
 #: The most taps the kernel unrolls (each is compiled in).
@@ -59,7 +59,7 @@ def conv_depthwise_kernel(
         acc += tl.load(bias_ptr + co).to(tl.float32)
     idx = plane.to(tl.int64) * (OD * OH * OW) + q
     acc = ew_epilogue(acc, idx, valid, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=valid)
+    tl.store(y_ptr + idx, ew_stored(acc, y_ptr.dtype.element_ty), mask=valid)
 
 
 def depthwise_supported(x, weight, groups, transposed=False) -> str:

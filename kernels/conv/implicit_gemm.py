@@ -25,7 +25,7 @@ import triton.language as tl
 from kernels.conv.launch import launch
 from kernels.conv.window import window_sizes
 from kernels.elementwise.kernel import ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 from kernels.gemm.tiles import gemm_f32x3, gemm_mma
 
 CONV_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -124,7 +124,7 @@ def conv_store_tile(
     idx = (n[:, None] * C_OUT + ch[None, :]) * (OD * OH * OW) + spatial[:, None]
     acc = ew_epilogue(acc, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
     y = y_ptr + (n * sy_n + od * sy_d + oh * sy_h + ow * sy_w)[:, None] + (ch * sy_c)[None, :]
-    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y, ew_stored(acc, y_ptr.dtype.element_ty), mask=mask)
 
 
 def _conv_5d(t: torch.Tensor) -> torch.Tensor:

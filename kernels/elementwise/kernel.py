@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.opcodes import EW_MAX_OPERANDS
-from kernels.elementwise.program import ew_load, ew_run
+from kernels.elementwise.program import ew_load, ew_run, ew_stored
 
 #: Dtypes the chain reads and writes (computation is float32).
 EW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -104,7 +104,7 @@ def ew_chain_kernel(
     if N_IN > 3:
         a3 = ew_load(p3, idx, mask, L3, NUMEL, tl.float32)
     y = ew_run(a0, a0, a1, a2, a3, PROG, SCALARS)
-    tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def ew_operands(inputs: list, shape: tuple) -> tuple[list, list]:

@@ -134,10 +134,22 @@ def ew_pow(a, b):
 @triton.jit
 def ew_round_bf16(a):
     """float32 ``a`` rounded to the nearest bfloat16 (ties to even), as float32: done on the bits,
-    because Triton's CPU interpreter truncates when it casts to bfloat16."""
+    because Triton's CPU interpreter truncates when it casts to bfloat16. A NaN stays itself (the
+    GPU's canonical 0x7FFFFFFF would carry into the sign and become -0)."""
     bits = a.to(tl.uint32, bitcast=True)
     bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
+    return tl.where(a != a, a, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def ew_stored(y, DT: tl.constexpr):
+    """``y`` as the dtype ``DT`` a kernel stores, a bfloat16 one rounded to the nearest (ties to
+    even) first: Triton's CPU interpreter truncates a float32 cast to bfloat16 where the GPU rounds,
+    and the reference's rounded value, widened by a later operator (``.float()``, autocast's
+    float32 result), was then a bfloat16 ulp off at float32's tolerance."""
+    if DT == tl.bfloat16:
+        y = ew_round_bf16(y.to(tl.float32))
+    return y.to(DT)
 
 
 @triton.jit

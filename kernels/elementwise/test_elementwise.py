@@ -131,3 +131,16 @@ def test_log1p_and_expm1_keep_their_relative_accuracy_near_zero():
         torch.testing.assert_close(got, ref(x), rtol=2e-6, atol=0.0, equal_nan=True)
     got = ew_chain([torch.tensor([-1.0])], (EW_OPS["log1p"].code, 0, 0, 0), (), (1,), torch.float32)
     assert got.item() == float("-inf")
+
+
+def test_a_bfloat16_result_is_rounded_to_the_nearest_not_truncated():
+    """Every kernel stores through ``ew_stored``: Triton's CPU interpreter truncates a float32 cast
+    to bfloat16 where the GPU rounds to the nearest (ties to even), and a value the reference
+    rounded, then widened (autocast's bfloat16 output made float32), was a bfloat16 ulp off at
+    float32's tolerance. Ties both ways, just below a tie, a negative one, and a carry into the
+    exponent, a NaN whose mantissa is all ones (the GPU's; the carry must not reach the sign),
+    beside random values."""
+    ties = torch.tensor([0x3F808000, 0x3F818000, 0x3F807FFF, 0xBF818000, 0x3FFF8000, 0x7FFFFFFF], dtype=torch.int64).to(torch.int32)
+    x = torch.cat([ties.view(torch.float32), torch.randn(4096)])
+    got = ew_chain([x], (C["copy"], 0, 0, 0), (), x.shape, torch.bfloat16)
+    torch.testing.assert_close(got, x.bfloat16(), rtol=0, atol=0, equal_nan=True)

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS, EW_SCALAR
+from kernels.elementwise.program import ew_stored
 
 #: Ops over a whole output row, by the ``aten`` name (the row must fit one tile).
 GEMM_ROW_OPS = {"softmax": 1, "log_softmax": 2}
@@ -74,7 +75,7 @@ def gemm_finish_rows_kernel(v_ptr, s_ptr, out_ptr, R, T, N, REDUCE: tl.constexpr
         safe = tl.where(m == float("-inf"), 0.0, m)
         total = tl.sum(tl.where(m2, s * tl.exp(v - safe[:, None]), 0.0), axis=1)
         y = safe + tl.log(tl.where(row_ok, total, 1.0))
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+    tl.store(out_ptr + rows, ew_stored(y, out_ptr.dtype.element_ty), mask=row_ok)
 
 
 def gemm_finish_rows(v, s, out, n_cols: int, reduce: str) -> None:

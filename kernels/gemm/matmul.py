@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 from kernels.gemm.epilogue import GEMM_REDUCTIONS, GEMM_ROW_OPS, gemm_finish_rows, gemm_partial_reduce, gemm_row_op
 from kernels.gemm.tiles import gemm_f32x3, gemm_mma, gemm_tile_order
 
@@ -146,7 +146,7 @@ def gemm_kernel(
         acc = gemm_row_op(acc, col_ok, ROW)
     if REDUCE == 0:
         c_ptrs = c_ptr + batch * s_cb + rows[:, None] * s_cm + rn[None, :] * s_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+        tl.store(c_ptrs, ew_stored(acc, c_ptr.dtype.element_ty), mask=mask)
     else:
         v, s = gemm_partial_reduce(acc, col_ok, REDUCE)
         part = (batch * M + rows) * grid_n + pid_n

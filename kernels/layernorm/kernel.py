@@ -19,7 +19,7 @@ import triton.language as tl
 
 from kernels.batchnorm.kernel import bn_stats
 from kernels.elementwise.kernel import EW_TILE_MAX, KernelUnsupported, ew_bench, ew_epilogue_args, ew_row_tile_configs, ew_row_tile_prune
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 
 #: Fewer rows than this, each longer than LN_SPLIT_MIN, are split into segments.
 LN_SPLIT_ROWS = 264
@@ -61,7 +61,7 @@ def _ln_rows_single(
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / R + eps)
     y = _ln_affine(d * rstd[:, None], row, col, w_ptr, b_ptr, mask, G, CPG, HW, HAS_W, HAS_B)
     y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _ln_loop_configs():
@@ -113,7 +113,7 @@ def _ln_rows_loop(
         x = tl.load(x_ptr + idx, mask=mask, other=0.0).to(tl.float32)
         y = _ln_affine((x - mu) * rstd, row, col, w_ptr, b_ptr, mask, G, CPG, HW, HAS_W, HAS_B)
         y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-        tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _ln_apply_configs():
@@ -139,7 +139,7 @@ def _ln_apply(
     y = (x - tl.load(mean_ptr + row)) * tl.load(rstd_ptr + row)
     y = _ln_affine(y, row, col, w_ptr, b_ptr, mask, G, CPG, HW, HAS_W, HAS_B)
     y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _ln_param(t, numel: int, x: torch.Tensor, what: str):

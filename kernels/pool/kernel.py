@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.kernel import ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 from kernels.conv.launch import launch
 from kernels.conv.window import window_configs, window_positions, window_programs, window_sizes, window_tap
 
@@ -85,7 +85,7 @@ def pool_kernel(
             acc = acc / (KD * KH * KW)
     idx = plane.to(tl.int64) * (OD * OH * OW) + q
     acc = ew_epilogue(acc, idx, valid, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(y_ptr + idx, acc.to(y_ptr.dtype.element_ty), mask=valid)
+    tl.store(y_ptr + idx, ew_stored(acc, y_ptr.dtype.element_ty), mask=valid)
 
 
 def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:

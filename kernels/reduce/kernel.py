@@ -17,7 +17,7 @@ import triton.language as tl
 
 from kernels.elementwise.kernel import KernelUnsupported, ew_bench, ew_chain, ew_epilogue_args
 from kernels.elementwise.opcodes import EW_OPERAND, EW_SCALAR
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 
 #: Reduction op codes.
 RD_OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "prod": 4, "argmax": 5, "argmin": 6, "norm1": 7, "norm2": 8, "norm_inf": 9, "logsumexp": 10}
@@ -161,7 +161,7 @@ def _rd_rows(
     value, index = _rd_finish(OP, acc, aux, 1, R, RAW)
     value = ew_epilogue(value, row, live, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
     if WITH_VALUE:
-        tl.store(out_ptr + row, value.to(out_ptr.dtype.element_ty), mask=live)
+        tl.store(out_ptr + row, ew_stored(value, out_ptr.dtype.element_ty), mask=live)
     if WITH_INDEX:
         tl.store(idx_ptr + row, index.to(tl.int64), mask=live)
 
@@ -212,7 +212,7 @@ def _rd_cols(
     out = o * inner + i
     value = ew_epilogue(value, out, live, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
     if WITH_VALUE:
-        tl.store(out_ptr + out, value.to(out_ptr.dtype.element_ty), mask=live)
+        tl.store(out_ptr + out, ew_stored(value, out_ptr.dtype.element_ty), mask=live)
     if WITH_INDEX:
         tl.store(idx_ptr + out, index.to(tl.int64), mask=live)
 

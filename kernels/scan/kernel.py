@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.kernel import KernelUnsupported, ew_bench, ew_epilogue_args
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 
 SC_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -77,7 +77,7 @@ def _sc_rows(
         x = tl.where(mask, x, 1.0 if PROD else 0.0)
         y, carry = _sc_step(x, carry, 1, PROD, REVERSE)
         y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-        tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _sc_cols_configs():
@@ -122,7 +122,7 @@ def _sc_cols(
         x = tl.where(mask, x, 1.0 if PROD else 0.0)
         y, carry = _sc_step(x, carry, 0, PROD, REVERSE)
         y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-        tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def scan(x, dim: int, op: str = "sum", reverse: bool = False, pre=None, post=None, dtype=None) -> torch.Tensor:

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from kernels.elementwise.kernel import EW_TILE_MAX, KernelUnsupported, ew_bench, ew_epilogue_args, ew_row_tile_configs, ew_row_tile_prune
-from kernels.elementwise.program import ew_epilogue
+from kernels.elementwise.program import ew_epilogue, ew_stored
 
 SM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -44,7 +44,7 @@ def _sm_rows_single(
     else:
         y = e / s
     y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-    tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _sm_loop_configs():
@@ -83,7 +83,7 @@ def _sm_rows_loop(
         else:
             y = tl.exp(x - top) / total
         y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-        tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _sm_cols_configs():
@@ -131,7 +131,7 @@ def _sm_cols(
         else:
             y = e / total
         y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-        tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
     else:
         m = tl.full([BLOCK_I], -3.0e38, tl.float32)
         s = tl.zeros([BLOCK_I], tl.float32)
@@ -150,7 +150,7 @@ def _sm_cols(
             else:
                 y = tl.exp(x - m[None, :]) / s[None, :]
             y = ew_epilogue(y, idx, mask, q0, q1, q2, q3, E0, E1, E2, E3, N_OPS, ONUMEL, POST, POST_SCALARS)
-            tl.store(out_ptr + idx, y.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
 def softmax(x: torch.Tensor, dim: int, log: bool = False, post=None, dtype: torch.dtype | None = None) -> torch.Tensor:

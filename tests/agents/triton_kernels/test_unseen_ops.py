@@ -102,6 +102,7 @@ def test_an_alias_of_a_buffer_stays_a_view_and_is_not_replaced_by_fresh_memory(i
         "y_bf16_layernorm_to_float",
         "y_bf16_linear_to_float",  # a bf16 product's epilogue
         "w_gemm_bf16_bias_residual_float",
+        "n_autocast_bf16_mlp",  # bf16 regions' stored results widened by the next region (the store truncated)
     ],
 )
 def test_low_precision_values_are_rounded_as_the_reference_rounds_them_before_a_chain_widens_them(interpret, name):
