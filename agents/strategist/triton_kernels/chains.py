@@ -66,8 +66,11 @@ def follow(
     memo: dict = {}
     # A start read from memory may feed the operands too (``x / norm(x)``); one the kernel makes may not.
     made = values if owned else set()
+    # The memory the chain reads (its start, its operands): a node that writes it in place after
+    # the chain read it ends the chain, whose kernel runs at its last node.
+    loaded = {view.tensor(start).storage}
     for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:
-        if len(nodes) >= max_nodes:
+        if len(nodes) >= max_nodes or any(view.tensor(old).storage in loaded for old, _ in node.writes):
             break
         if not view.free(node.index):
             continue
@@ -85,6 +88,7 @@ def follow(
                 break  # the chain cannot go past a node that needs its values but cannot join it
             continue
         nodes.append(node.index)
+        loaded.update(view.tensor(t).storage for t in reads if t not in values)
         values.add(out)
         values.update(new for _, new in node.writes)
         made = values if owned else values - {start}

@@ -183,7 +183,8 @@ def check_match(view: GraphView, match: Match) -> None:
     """Raise ``MatchError`` unless the match's region can be computed by one statement placed at
     the region's last node: its nodes are unclaimed, every value it makes that anything outside
     it reads is among its outputs, no node outside it between its first and last node reads those
-    outputs, and it writes no tensor in place that something outside it can see."""
+    outputs or writes in place what the region read before it, and it writes no tensor in place
+    that something outside it can see."""
     nodes = match.nodes
     if not nodes:
         raise MatchError(f"{match.template}: an empty region")
@@ -197,6 +198,7 @@ def check_match(view: GraphView, match: Match) -> None:
             raise MatchError(f"{match.template}: tensor {tid} made in the region is read outside it but is not an output")
         if any(u < last for u in outside):
             raise MatchError(f"{match.template}: tensor {tid} is read by node {min(outside)} before the region ends")
+    _check_no_write_between(view, match, last)
     missing = set(match.outputs) - made
     if missing:
         raise MatchError(f"{match.template}: outputs {sorted(missing)} are not made in the region")
@@ -210,6 +212,20 @@ def check_match(view: GraphView, match: Match) -> None:
         viewed = view.viewed_before(tid, min(nodes), made)
         if viewed is not None:
             raise MatchError(f"{match.template}: output {tid} is a view of tensor {viewed}, made before the region (its kernel writes fresh memory)")
+
+
+def _check_no_write_between(view: GraphView, match: Match, last: int) -> None:
+    """Refuse a region whose statement, run at its last node, would read memory that a node
+    outside it between its nodes writes in place after a node of the region read it (``t =
+    tanh(h); h.mul_(0.5); t + h``: the chain's tanh would see the halved ``h``)."""
+    for i in range(min(match.nodes) + 1, last):
+        if i in match.nodes:
+            continue
+        for written, _ in view.node(i).writes:
+            storage = view.tensor(written).storage
+            for j in match.nodes:
+                if j < i and any(view.tensor(t).storage == storage for t in view.node(j).tensor_args()):
+                    raise MatchError(f"{match.template}: node {i} writes tensor {written} in place after node {j} of the region read its memory")
 
 
 #: The registered templates, by name.

@@ -17,7 +17,7 @@ import torch
 from agents.strategist.triton_kernels.chains import follow
 from agents.strategist.triton_kernels.emit import candidate_source
 from agents.strategist.triton_kernels.plan import find_matches
-from agents.strategist.triton_kernels.templates import GraphView
+from agents.strategist.triton_kernels.templates import GraphView, Match, MatchError, RegionCost, check_match
 from kernels.elementwise.opcodes import EW_OPS
 from kloom.opgraph import OpGraph
 from services.worker.evaluator.tracing import trace_call
@@ -165,3 +165,17 @@ def test_a_region_output_the_trace_saw_in_another_layout_keeps_that_layout(inter
     assert not graph.tensors[attention.outputs[0]].contiguous
     source = candidate_source(path.read_text(), graph, found.matches, "test", compile_mode)
     assert probe.check_candidate(problem, probe.candidate_module(path, source, f"layout_{compile_mode}"), seeds=(2,)) == ""
+
+
+def test_a_region_ends_before_a_write_in_place_to_memory_it_read(interpret):
+    """``t = tanh(h); h.mul_(0.5); t + h + x``: the chain tanh, add, add passed the in-place
+    ``mul_`` by and ran at its last node, so its tanh read the halved ``h`` (every element off).
+    A chain now ends where memory it read is written, and ``check_match`` refuses any region whose
+    statement would read memory written in place after a node of the region read it."""
+    outcomes = _assert_correct("n_inplace_between_chain")
+    assert outcomes[0].regions[1:] == ["elementwise:tanh", "elementwise:add,add"], outcomes[0].regions
+    graph = probe.trace(probe.load(probe.PROBLEMS / "n_inplace_between_chain.py"))
+    across = frozenset(n.index for n in graph.nodes if n.op in ("aten::tanh", "aten::add"))
+    match = Match("t", "elementwise", across, (graph.nodes[max(across)].outputs[0],), (), lambda names: [], RegionCost(0), "")
+    with pytest.raises(MatchError, match="writes tensor .* in place after node"):
+        check_match(GraphView(graph), match)
