@@ -89,6 +89,10 @@ class Arg:
     kwarg_only: bool = False
 
 
+#: Batch norms whose schema does not mark the running statistics they update in training as written.
+SILENT_RUNNING_STATS = frozenset({"aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm"})
+
+
 @dataclass(frozen=True)
 class OpNode:
     """One operator call, in the order the step ran it."""
@@ -113,6 +117,15 @@ class OpNode:
     def tensor_args(self) -> list[int]:
         """Ids of every tensor this call reads, in argument order."""
         return [t for a in self.args for t in tensor_ids(a.value)]
+
+    def written(self) -> list[int]:
+        """Ids of the tensors this call writes in place: its ``writes``, and the running
+        statistics a batch norm in training updates though its schema does not say so (the trace
+        records no new version of them)."""
+        silent = []
+        if self.op in SILENT_RUNNING_STATS and self.arg("training"):
+            silent = [t for name in ("running_mean", "running_var") for t in tensor_ids(self.arg(name))]
+        return [old for old, _ in self.writes] + silent
 
     @property
     def name(self) -> str:

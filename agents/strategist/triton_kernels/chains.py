@@ -66,11 +66,16 @@ def follow(
     memo: dict = {}
     # A start read from memory may feed the operands too (``x / norm(x)``); one the kernel makes may not.
     made = values if owned else set()
-    # The memory the chain reads (its start, its operands): a node that writes it in place after
-    # the chain read it ends the chain, whose kernel runs at its last node.
-    loaded = {view.tensor(start).storage}
+    # The kernel runs at the chain's last node: a node before it that writes in place memory the
+    # region read (its start, its operands; an owned start's producer's inputs), or reads memory
+    # the producer wrote in place (a training batch norm's running statistics), ends the chain.
+    loaded, wrote = {view.tensor(start).storage}, set()
+    if owned and start in view.producer:
+        producer = view.node(view.producer[start])
+        loaded.update(view.tensor(t).storage for t in producer.tensor_args())
+        wrote = {view.tensor(t).storage for t in producer.written()}
     for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:
-        if len(nodes) >= max_nodes or any(view.tensor(old).storage in loaded for old, _ in node.writes):
+        if len(nodes) >= max_nodes or _crosses(view, node, loaded, wrote):
             break
         if not view.free(node.index):
             continue
@@ -94,6 +99,11 @@ def follow(
         made = values if owned else values - {start}
         memo.clear()
     return _best_prefix(view, start, nodes, operands, owned)
+
+
+def _crosses(view: GraphView, node, loaded: set[int], wrote: set[int]) -> bool:
+    """Whether ``node`` writes in place memory of ``loaded`` or reads memory of ``wrote`` (storages)."""
+    return any(view.tensor(t).storage in loaded for t in node.written()) or any(view.tensor(t).storage in wrote for t in node.tensor_args())
 
 
 def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned: bool) -> Chain | None:

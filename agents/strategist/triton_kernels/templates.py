@@ -183,8 +183,8 @@ def check_match(view: GraphView, match: Match) -> None:
     """Raise ``MatchError`` unless the match's region can be computed by one statement placed at
     the region's last node: its nodes are unclaimed, every value it makes that anything outside
     it reads is among its outputs, no node outside it between its first and last node reads those
-    outputs or writes in place what the region read before it, and it writes no tensor in place
-    that something outside it can see."""
+    outputs, writes in place what the region read or wrote before it, or reads what it wrote in
+    place, and it writes no tensor in place that something outside it can see."""
     nodes = match.nodes
     if not nodes:
         raise MatchError(f"{match.template}: an empty region")
@@ -215,17 +215,29 @@ def check_match(view: GraphView, match: Match) -> None:
 
 
 def _check_no_write_between(view: GraphView, match: Match, last: int) -> None:
-    """Refuse a region whose statement, run at its last node, would read memory that a node
-    outside it between its nodes writes in place after a node of the region read it (``t =
-    tanh(h); h.mul_(0.5); t + h``: the chain's tanh would see the halved ``h``)."""
-    for i in range(min(match.nodes) + 1, last):
+    """Refuse a region whose statement, run at its last node, would move a read or an in-place
+    write of memory past a node outside it between its nodes that writes that memory in place
+    (``t = tanh(h); h.mul_(0.5); t + h``: the chain's tanh would see the halved ``h``) or reads
+    what the region wrote (a training BatchNorm's running mean read before the ReLU after it)."""
+    read: dict[int, int] = {}  # storage -> the first region node that read it
+    wrote: dict[int, int] = {}  # storage -> the first region node that wrote it in place
+    for i in range(min(match.nodes), last):
+        node = view.node(i)
+        written = {view.tensor(t).storage for t in node.written()}
         if i in match.nodes:
+            for t in node.tensor_args():
+                read.setdefault(view.tensor(t).storage, i)
+            for storage in written:
+                wrote.setdefault(storage, i)
             continue
-        for written, _ in view.node(i).writes:
-            storage = view.tensor(written).storage
-            for j in match.nodes:
-                if j < i and any(view.tensor(t).storage == storage for t in view.node(j).tensor_args()):
-                    raise MatchError(f"{match.template}: node {i} writes tensor {written} in place after node {j} of the region read its memory")
+        for storage in written:
+            j = read.get(storage, wrote.get(storage))
+            if j is not None:
+                raise MatchError(f"{match.template}: node {i} writes in place memory that node {j} of the region read or wrote before it")
+        for t in node.tensor_args():
+            j = wrote.get(view.tensor(t).storage)
+            if j is not None:
+                raise MatchError(f"{match.template}: node {i} reads tensor {t} after node {j} of the region wrote its memory in place")
 
 
 #: The registered templates, by name.

@@ -177,5 +177,20 @@ def test_a_region_ends_before_a_write_in_place_to_memory_it_read(interpret):
     graph = probe.trace(probe.load(probe.PROBLEMS / "n_inplace_between_chain.py"))
     across = frozenset(n.index for n in graph.nodes if n.op in ("aten::tanh", "aten::add"))
     match = Match("t", "elementwise", across, (graph.nodes[max(across)].outputs[0],), (), lambda names: [], RegionCost(0), "")
-    with pytest.raises(MatchError, match="writes tensor .* in place after node"):
+    with pytest.raises(MatchError, match="writes in place memory that node"):
+        check_match(GraphView(graph), match)
+
+
+def test_a_region_ends_before_a_read_of_the_running_statistics_its_batch_norm_updates(interpret):
+    """A training BatchNorm's running mean read between the norm and the ReLU after it: the
+    region (norm and ReLU) ran at the ReLU, after the read, which saw the statistics not updated
+    yet. ``native_batch_norm``'s schema does not mark them written, so the trace records no write
+    (``OpNode.written`` names them); the epilogue now ends before the read, and ``check_match``
+    refuses a region that would move the update past it."""
+    (outcome,) = _assert_correct("n_bn_stats_read_between")
+    assert "batch_norm:native_batch_norm" in outcome.regions, outcome.regions
+    graph = probe.trace(probe.load(probe.PROBLEMS / "n_bn_stats_read_between.py"))
+    across = frozenset(n.index for n in graph.nodes if n.op in ("aten::native_batch_norm", "aten::relu"))
+    match = Match("t", "batch_norm", across, (graph.nodes[max(across)].outputs[0],), (), lambda names: [], RegionCost(0), "")
+    with pytest.raises(MatchError, match="reads tensor .* after node .* wrote its memory"):
         check_match(GraphView(graph), match)
