@@ -107,7 +107,8 @@ def _leaf_expr(graph: OpGraph, leaf) -> str:
 
 
 def _live_nodes(graph: OpGraph, matches: list[Match]) -> set[int]:
-    """Nodes whose results the step needs (pure nodes nothing reads are dropped)."""
+    """Nodes whose results the step needs (pure nodes nothing reads are dropped; a node that
+    writes in place is kept, a batch norm whose running statistics it updates too)."""
     claimed = {i for m in matches for i in m.nodes}
     needed = set(tensor_ids(graph.outputs))
     for m in matches:
@@ -118,7 +119,7 @@ def _live_nodes(graph: OpGraph, matches: list[Match]) -> set[int]:
         if node.index in claimed:
             continue
         made = {t for t in node.outputs if t is not None} | {new for _, new in node.writes}
-        if node.writes or made & needed:
+        if node.written() or made & needed:  # a training batch norm updates its statistics unrecorded
             live.add(node.index)
             needed.update(node.tensor_args())
     return live

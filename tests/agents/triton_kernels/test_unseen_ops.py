@@ -194,3 +194,12 @@ def test_a_region_ends_before_a_read_of_the_running_statistics_its_batch_norm_up
     match = Match("t", "batch_norm", across, (graph.nodes[max(across)].outputs[0],), (), lambda names: [], RegionCost(0), "")
     with pytest.raises(MatchError, match="reads tensor .* after node .* wrote its memory"):
         check_match(GraphView(graph), match)
+
+
+def test_a_training_batch_norm_whose_output_nothing_reads_is_still_replayed(interpret, monkeypatch):
+    """A BatchNorm run only for its running statistics, left to torch (its kind measured slower,
+    here: not offered): the replay dropped it as an operator nothing reads, and the statistics
+    stayed as they were (the trace records no write for them)."""
+    monkeypatch.setitem(probe.PLANS, "gemm", ["gemm_fp32_epilogue"])
+    outcome = probe.probe(probe.PROBLEMS / "n_bn_tracking_side_branch.py", "gemm")
+    assert outcome.status == "ok" and "native_batch_norm" in outcome.left, outcome.line()
