@@ -6,9 +6,9 @@ calls would take longer beside them (issue 20, "device work left running"). The 
 therefore probes before and after each timed block: with its own work drained, it launches a
 one-element kernel and waits for it on the host. On an idle GPU that round trip takes tens of
 microseconds; beside another context's kernels it waits for their time slice. The probe's median
-over a few tries above ``threshold_ms`` means busy; before a block the rank waits up to
-``patience_s`` for the GPU to go quiet (what was queued drains), and says how long it waited and
-whether it never did.
+over a few tries above ``threshold_ms`` means busy; before and after a block the rank waits up to
+``patience_s`` for the GPU to go quiet (what was queued drains), and says what the first probe
+read, how long it waited and whether it never went quiet.
 
 Functions are bound at import, as the timer's are (this runs in the reference's processes, which
 no candidate code reaches; the binding costs nothing).
@@ -33,7 +33,8 @@ TRIES = 5
 class Quiet:
     probe_ms: float  # the last probe's median round trip
     waited_s: float = 0.0  # how long the rank waited for the GPU to go quiet
-    busy: bool = False  # still busy when the patience ran out (or after the block)
+    busy: bool = False  # still busy when the patience ran out
+    first_ms: float | None = None  # the first probe's (busy or not); None: the same as probe_ms
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,15 +59,13 @@ class QuietProbe:
     def wait(self, threshold_ms: float, patience_s: float) -> Quiet:
         """Probe until quiet or ``patience_s`` has passed."""
         started = _perf_counter()
+        first = None
         while True:
             probe = self.round_trip_ms()
+            first = probe if first is None else first
             waited = _perf_counter() - started
             if probe <= threshold_ms:
-                return Quiet(probe, waited, False)
+                return Quiet(probe, waited, False, first)
             if waited >= patience_s:
-                return Quiet(probe, waited, True)
+                return Quiet(probe, waited, True, first)
             _sleep(0.005)
-
-    def check(self, threshold_ms: float) -> Quiet:
-        probe = self.round_trip_ms()
-        return Quiet(probe, 0.0, probe > threshold_ms)

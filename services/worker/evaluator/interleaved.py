@@ -42,6 +42,7 @@ class Block:
     wall_ms: float  # the judge's clock
     projections: dict[int, Projections] | None = None  # per rank: every timed call's (timing rounds)
     phases: dict[int, dict] | None = None  # per rank: where the side says its time went (diagnostic only)
+    disturbed: str | None = None  # the reference's: what its ranks saw run beside the block, which may have slowed it
 
     @property
     def reported_ms(self) -> float:
@@ -115,6 +116,7 @@ class Timing:
         self.stopped_cpu = {"reference": 0.0, "candidate": 0.0}  # CPU seconds used while stopped
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
         self.flagged: set[str] = set()
+        self.retimed = 0  # rounds timed again (``_round``)
 
     def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0,
             output_bytes: int = 0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
@@ -198,6 +200,25 @@ class Timing:
         return blocks, per_block
 
     def _round(self, blocks: dict[str, list[Block]], r: int, per_block: int, flush_bytes: int, bound, whole: bool) -> None:
+        """Round ``r``, timed again where the reference's block was disturbed (``_check_quiet``):
+        the disturbed blocks are dropped (their outputs were checked), up to
+        ``gpu_busy_retimes`` an evaluation; one more rejects."""
+        while True:
+            self._round_once(blocks, r, per_block, flush_bytes, bound, whole)
+            disturbed = blocks["reference"][-1].disturbed
+            if disturbed is None:
+                return
+            if self.retimed >= self.s.gpu_busy_retimes:
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
+                    f"{disturbed}, in {self.retimed + 1} rounds of this evaluation (each timed again but the last): "
+                    "work the candidate left running would slow the reference's calls")))
+            self.retimed += 1
+            del blocks["reference"][-1], blocks["candidate"][-1]
+            if "gpu_busy_after_block" not in self.flagged:
+                self.flagged.add("gpu_busy_after_block")
+                self.flag(f"gpu_busy_after_block: {disturbed}; the round was timed again")
+
+    def _round_once(self, blocks: dict[str, list[Block]], r: int, per_block: int, flush_bytes: int, bound, whole: bool) -> None:
         """Round ``r``: a block of each side (reference first in even rounds), on inputs and
         projection signs drawn for it; its projections checked, its last outputs judged whole
         where ``whole``."""
@@ -241,36 +262,46 @@ class Timing:
             status = "workload_error" if side.role == "reference" else "runtime_error"
             raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
                                          traceback=err.get("traceback", "")))
-        if side.role == "reference":
-            self._check_quiet(replies)
+        disturbed = self._check_quiet(replies) if side.role == "reference" else None
         times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
         projections = self._projections(side.role, replies) if projection_seed is not None else None
         phases = {r: rep.get("phases_ms") for r, rep in replies.by_rank.items()}
-        return Block(times, wall_ms, projections, phases)
+        return Block(times, wall_ms, projections, phases, disturbed)
 
-    def _check_quiet(self, replies: Replies) -> None:
+    def _check_quiet(self, replies: Replies) -> str | None:
         """What the reference's ranks saw of the GPU around their block, the candidate's
-        processes stopped and their own work drained: work still running there is what the
-        candidate queued before the stop (it would slow the reference's calls). Work that drained
-        within the patience is flagged; work that did not, or that ran after the block, rejects."""
+        processes stopped and their own work drained: work still running before the block is
+        what the candidate queued before the stop (it would slow the reference's calls): flagged
+        where it drained within the patience, rejected where it did not. Work found after the
+        block was queued during it, by no stopped process: the block is said disturbed (the
+        round is timed again) where it drained in time, and rejects where it did not."""
+        disturbed = None
         for rank, rep in sorted(replies.by_rank.items()):
             quiet = rep.get("quiet")
             if not quiet:
                 continue
             before, after = quiet["before"], quiet["after"]
             if before["busy"] or after["busy"]:
-                when = "before" if before["busy"] else "after"
+                when, seen = ("before", before) if before["busy"] else ("after", after)
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
-                    f"rank {rank}: the GPU ran work that was not the reference's {when} the reference's timed block, with the "
-                    f"candidate's processes stopped (a one-element kernel took {max(before['probe_ms'], after['probe_ms']):.3g} ms "
-                    f"to return, against under {self.s.gpu_quiet_probe_ms} ms on a quiet GPU; waited {before['waited_s']:.2f} s): "
+                    f"rank {rank}: {self._busy(when, seen)}, and it was still busy after {seen['waited_s']:.2f} s: "
                     "work the candidate left running would slow the reference's calls")))
             if before["waited_s"] > 0.05 and "gpu_work_left_running" not in self.flagged:
                 self.flagged.add("gpu_work_left_running")
                 self.flag(f"gpu_work_left_running: rank {rank}: the reference waited {before['waited_s']:.2f} s for work that "
                           "was not its own to drain before its block")
+            first = after.get("first_ms")
+            if disturbed is None and first is not None and first > self.s.gpu_quiet_probe_ms:
+                disturbed = f"rank {rank}: {self._busy('after', after)} (quiet again {after['waited_s']:.2f} s later)"
+        return disturbed
+
+    def _busy(self, when: str, seen: dict) -> str:
+        ms = seen.get("first_ms") or seen["probe_ms"]
+        return (f"the GPU ran work that was not the reference's {when} the reference's timed block, with the candidate's "
+                f"processes stopped (a one-element kernel took {ms:.3g} ms to return, against under "
+                f"{self.s.gpu_quiet_probe_ms} ms on a quiet GPU)")
 
     def _projections(self, role: str, replies: Replies) -> dict[int, Projections]:
         """Each rank's numbers from a block's replies: malformed ones from the candidate are

@@ -235,8 +235,8 @@ class RankBase:
         the block's last outputs stay in this process (``keep_outputs``), outside the judge's
         timed span: the reference compares the candidate's with them, and the candidate hands
         them over by a separate command. With ``quiet`` (``threshold_ms``, ``patience_s``; on a
-        GPU), the rank waits for the GPU to run nothing else before the block and probes again
-        after it (``gpu_quiet.py``); the reply says what it saw."""
+        GPU), the rank waits for the GPU to run nothing else before the block, and again after it
+        (``gpu_quiet.py``); the reply says what it saw."""
         timed = self.timed
         if timed is None:
             raise RuntimeError("no timing inputs")
@@ -265,7 +265,8 @@ class RankBase:
         phases["loop"] = (time.perf_counter() - began) * 1e3
         reply: dict[str, Any] = {"times": times, "phases_ms": phases}
         if probe is not None:
-            reply["quiet"] = {"before": before.to_dict(), "after": probe.check(float(quiet["threshold_ms"])).to_dict()}
+            after = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"]))
+            reply["quiet"] = {"before": before.to_dict(), "after": after.to_dict()}
         if projector is not None:
             reply.update(projector.finish().reply(bounds=tolerance is not None))
         if keep and timed.kept is not None:

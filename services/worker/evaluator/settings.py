@@ -75,10 +75,15 @@ class EvalSettings:
     #: On a GPU, the reference's ranks probe it around each timed block (``gpu_quiet.py``): a
     #: one-element kernel's median round trip above gpu_quiet_probe_ms means another process's
     #: work runs there (with the candidate's stopped: work it left running). Before a block they
-    #: wait up to gpu_quiet_patience_s for it to drain; busy after that, or after the block, the
+    #: wait up to gpu_quiet_patience_s for it to drain (after it too); busy after that, the
     #: candidate is rejected.
     gpu_quiet_probe_ms: float = 0.25
     gpu_quiet_patience_s: float = 2.0
+    #: A GPU found busy after a reference block, quiet again within the patience, ran work that
+    #: was not the candidate's (stopped before the block's quiet start, a stopped process queues
+    #: nothing) and may have slowed the block: the round is timed again, at most this many times
+    #: an evaluation; one more such round rejects, as work that never drains does.
+    gpu_busy_retimes: int = 3
     #: Interleaved timing in this many blocks per side (reference and candidate alternate, the
     #: other side's processes stopped while one is timed).
     timing_rounds: int = 8
