@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from kloom.speedup import REFERENCE_COPY  # noqa: E402
 from services.worker.evaluator import precision  # noqa: E402
+from services.worker.profiler.nvml_quiet import sampling_allowed  # noqa: E402
 
 KB_TOLERANCE = 1e-2
 COMPARE_CHUNK = 1 << 26  # elements: 512 MiB per float64 temporary
@@ -43,7 +44,10 @@ GIB = float(1 << 30)
 
 class DevicePeak:
     """The device's used memory, sampled every 50 ms in a thread (NVML, else nvidia-smi): what
-    every process on the GPU holds, the evaluator's rank processes included."""
+    every process on the GPU holds, the evaluator's rank processes included. No sample is taken
+    while a judge times its blocks (``nvml_quiet``): NVML's queries stall CUDA calls beside them
+    (the judge samples between its blocks itself), and beside the judge's probe of the GPU one
+    read as work left running (an honest candidate rejected, thirty-sixth session)."""
 
     def __init__(self, device: str):
         self.enabled = device == "cuda"
@@ -71,7 +75,8 @@ class DevicePeak:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.sample()
+            if sampling_allowed():
+                self.sample()
             self._stop.wait(0.05)
 
     def sample(self) -> None:

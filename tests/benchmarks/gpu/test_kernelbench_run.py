@@ -123,13 +123,40 @@ def test_a_tight_budget_starts_nothing(tmp_path):
     assert "stopping:" in out.stdout and "0/1 problems settled" in out.stdout
 
 
-def test_a_rows_pool_processes_are_the_most_the_evaluators_processes_held_together():
+def _problem_module():
     import importlib.util
-    from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("kernelbench_problem", ROOT / "benchmarks/gpu/kernelbench_problem.py")
     problem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(problem)
+    return problem
+
+
+def test_the_device_peak_takes_no_sample_while_a_judge_times(tmp_path, monkeypatch):
+    """NVML's queries stall CUDA calls: the harness's sampler keeps out of the judge's blocks."""
+    import time
+
+    from services.worker.profiler.nvml_quiet import timing_in_progress
+
+    monkeypatch.setenv("KLOOM_NVML_LOCK", str(tmp_path / "nvml.lock"))
+    problem = _problem_module()
+    reads = []
+    peak = problem.DevicePeak("cpu")
+    peak.enabled, peak._read = True, lambda: reads.append(time.monotonic()) or 1
+    with timing_in_progress():
+        with peak:
+            time.sleep(0.3)
+            during = len(reads)
+        assert during == 1  # the idle reading only
+    with peak:
+        time.sleep(0.3)
+    assert len(reads) > during + 2
+
+
+def test_a_rows_pool_processes_are_the_most_the_evaluators_processes_held_together():
+    from types import SimpleNamespace
+
+    problem = _problem_module()
 
     def step(*devices):
         nvml = {"devices": {str(i): d for i, d in enumerate(devices)}}
