@@ -1,9 +1,9 @@
 """Problems of kinds kloom's templates were not tuned on (``unseen/problems``: products with
 transposed or diagonal factors, activations, norms written by hand, reductions and scans over
-every axis, losses, pools and convolutions with strides, groups and dilations, and chains of
-them), planned with every kind forced and their candidates run on the CPU in Triton's interpreter
-against the reference at the judge's tolerance (``unseen/probe.py``; it runs all of them as a
-script). Each bug the probe found has a test of its own below."""
+every axis, losses, pools and convolutions with strides, groups and dilations, chains of them,
+and whole networks), planned with every kind forced and their candidates run on the CPU in
+Triton's interpreter against the reference at the judge's tolerance (``unseen/probe.py``; it
+runs all of them as a script). Each bug the probe found has a test of its own below."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _assert_correct(name: str) -> list:
 
 
 #: A sample of the probe's problems the templates take (a region each at least), one or two of
-#: each family; the script runs all of them.
+#: each family and a few whole networks (``n_*``); the script runs all of them.
 SAMPLE = [
     "mm_diag", "mm_matvec", "mm_transposed_both", "mm_3d_tensor_matrix", "mm_triu", "mm_batched", "mm_bf16_scale_residual",
     "y_tril_rect", "y_gemm_row_ops", "y_gemm_col_and_transposed_operands", "z_addmm_full_bias",
@@ -73,6 +73,8 @@ SAMPLE = [
     "conv2d_grouped_dilated", "conv2d_asym", "convT1d", "convT2d_grouped", "y_conv1d_depthwise_mult", "y_conv_channels_last",
     "l2_conv_bn_relu_eval", "l2_linear_groupnorm_hardswish", "l2_convT_gap_lse_mul", "l2_linear_sum_max", "l2_broadcast_params",
     "v_gemm_max_sub_mean_gelu", "v_conv_sub_hardswish_pool_mish", "w_attention_by_hand",
+    "n_mlp_deep", "n_rmsnorm_swiglu", "n_swin_patch_merging", "n_dense_mlp_concat", "n_gru_cell_by_hand", "n_resnet_basic_eval",
+    "n_mingpt_block", "n_channels_last_resnet",
 ]  # fmt: skip
 
 

@@ -1,6 +1,5 @@
-"""Causal attention without softmax: the masked scores through ReLU (a masked_fill with 0 first), as some linear-attention variants do."""
-import math
-
+"""Causal attention without softmax: separate query/key/value Linears, the masked scores (a masked_fill
+with -inf from a tril buffer) through ReLU, as some linear-attention variants do, heads merged by reshape."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -9,24 +8,21 @@ import torch.nn.functional as F
 class Model(nn.Module):
     def __init__(self, n_embd=24, n_head=3, max_seqlen=10):
         super().__init__()
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.register_buffer("bias", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen))
+        self.query = nn.Linear(n_embd, n_embd)
+        self.key = nn.Linear(n_embd, n_embd)
+        self.value = nn.Linear(n_embd, n_embd)
+        self.register_buffer("keep", torch.tril(torch.ones(max_seqlen, max_seqlen, dtype=torch.bool)))
         self.n_head = n_head
-        self.n_embd = n_embd
 
     def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.relu(att)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return y
+        B, T, C = x.shape
+        h, d = self.n_head, C // self.n_head
+        q = self.query(x).reshape(B, T, h, d).permute(0, 2, 1, 3)
+        k = self.key(x).reshape(B, T, h, d).permute(0, 2, 3, 1)
+        v = self.value(x).reshape(B, T, h, d).permute(0, 2, 1, 3)
+        att = torch.matmul(q, k) * d ** -0.5
+        att = F.relu(att.masked_fill(~self.keep[:T, :T], float("-inf")))
+        return torch.matmul(att, v).permute(0, 2, 1, 3).reshape(B, T, C)
 
 
 def get_inputs():
