@@ -129,6 +129,18 @@ assert dense_layout(torch.randn(6, 8)[:, ::2]) is None
 assert dense_layout(torch.randn(5, 1).expand(5, 4)) is None
 assert dense_layout(torch.randn(2, 3, 2, 3, 2).permute(4, 2, 0, 3, 1)) is None
 assert dense_layout(torch.randn(0, 3).t()) is None
+# Row-major pieces on the GPU path, small enough that a chunk ends in one strided row (which a
+# reshape returns as a view, not a copy): the same numbers as the CPU's.
+P.GPU_COPY = 12
+for t in (base.contiguous(memory_format=torch.channels_last), torch.randn(6, 8, 10, generator=g)[:, ::2, 1:],
+          torch.randn(2, 3, 2, 3, 2, generator=g).permute(4, 2, 0, 3, 1)):
+    want = P.Projector(5, "cpu").leaf(1, t, call=2)
+    assert torch.allclose(P.Projector(5, "cpu")._leaf_on_gpu(1, t, 2), want, rtol=1e-12, atol=1e-9), t.shape
+    assert torch.allclose(P.Projector(5, "cpu")._leaf_on_gpu(1, t.contiguous(), 2), want, rtol=1e-12, atol=1e-9)
+import services.worker.evaluator.projection_kernel as K
+K.dense_layout = lambda t: None  # channels-last read in row-major pieces, as a leaf of 2**31 elements is
+t = base.contiguous(memory_format=torch.channels_last)
+assert torch.allclose(P.Projector(5, "cpu")._leaf_on_gpu(1, t, 2), P.Projector(5, "cpu").leaf(1, t, call=2), rtol=1e-12, atol=1e-9)
 # Dimensions adjacent in both orders merge: channels-last (N, C, H, W) is N, (H W), C in memory.
 sizes, strides = dense_layout(base.contiguous(memory_format=torch.channels_last))
 assert sizes == [1, 3, 28, 5] and strides == [0, 140, 1, 28], (sizes, strides)
@@ -140,7 +152,8 @@ def test_a_leaf_stored_in_another_order_projects_as_its_row_major_copy_interpret
     """A candidate's output stored densely in another order of its dimensions (channels-last, a
     transpose) is read in memory order with each element's row-major index decoded, and gives the
     numbers of its contiguous copy; gaps, broadcasts and layouts of more than four merged
-    dimensions are left to the row-major pieces."""
+    dimensions are left to the row-major pieces, which give the CPU's numbers too (a piece that
+    ended in one strided row was read as contiguous)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", DENSE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "same" in done.stdout, done.stderr[-3000:]

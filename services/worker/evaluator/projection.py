@@ -152,7 +152,11 @@ def _chunks(t: torch.Tensor, limit: int, offset: int = 0) -> Iterator[tuple[int,
         return
     rows = max(1, limit // inner)
     for i in range(0, t.shape[0], rows):
-        yield offset + i * inner, t[i:i + rows].reshape(-1)
+        # A copy even where the slice is one strided row, which reshape would return as a
+        # view with a stride: the GPU kernel reads a piece as contiguous (a channels-last
+        # output's last row of a chunk was read across other elements; honest candidates judged
+        # incorrect on an H100, thirty-fifth session).
+        yield offset + i * inner, t[i:i + rows].reshape(-1).contiguous()
 
 
 def _real_chunks(t: torch.Tensor, limit: int, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
