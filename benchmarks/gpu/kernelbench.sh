@@ -22,8 +22,10 @@ CANDIDATES="${3:-3}"
 MODES="${KB_MODES:-eager,default,max-autotune}"
 # KB_FILL=max-autotune adds that mode to the problems measured without it, beside an eager time of
 # its own, with no kloom job (kernelbench_run.py --fill); KB_FILL_TIMEOUT_S bounds each problem.
-FILL=()
-[ -n "${KB_FILL:-}" ] && FILL=(--fill "$KB_FILL" --fill-timeout-s "${KB_FILL_TIMEOUT_S:-150}")
+EXTRA=()
+[ -n "${KB_FILL:-}" ] && EXTRA=(--fill "$KB_FILL" --fill-timeout-s "${KB_FILL_TIMEOUT_S:-150}")
+# KB_FIRST=level1/81_,level2/11_ runs those problems first, in that order (kernelbench_subset.sh sets it).
+[ -n "${KB_FIRST:-}" ] && EXTRA+=(--first "$KB_FIRST")
 DEVICE="${KB_DEVICE:-cuda}"  # cpu: a dry run of this script's logic on a machine without a GPU
 LIMIT_S="${KLOOM_CALL_LIMIT_S:-540}"
 # What is left of the call after the prelude, less a minute for the report and the packing.
@@ -35,7 +37,7 @@ for f in "$RESUME"/partial.jsonl "$RESUME"/*/partial.jsonl; do [ -f "$f" ] && RE
 echo "budget ${BUDGET} s after ${SECONDS} s of prelude; resuming from $((${#RESUMES[@]} / 2)) file(s)" | tee "$OUT/run.log"
 if [ "$BUDGET" -gt 60 ]; then
   timeout $((BUDGET + 30)) python3 benchmarks/gpu/kernelbench_run.py --kernelbench "$KB" --out "$WORK" \
-    "${RESUMES[@]}" --budget-s "$BUDGET" --max-candidates "$CANDIDATES" --modes "$MODES" --device "$DEVICE" "${FILL[@]}" 2>&1 | grep -v -i "warning" | tee -a "$OUT/run.log"
+    "${RESUMES[@]}" --budget-s "$BUDGET" --max-candidates "$CANDIDATES" --modes "$MODES" --device "$DEVICE" "${EXTRA[@]}" 2>&1 | grep -v -i "warning" | tee -a "$OUT/run.log"
 fi
 cp "$WORK/partial.jsonl" "$OUT/partial.jsonl" 2>/dev/null
 timeout 30 python3 benchmarks/kernelbench_report.py "$OUT/partial.jsonl" --out "$OUT" > /dev/null 2>> "$OUT/run.log"

@@ -79,6 +79,17 @@ def interleaved(workloads: list[dict]) -> list[dict]:
     return [lst[i] for i in range(max((len(x) for x in lists), default=0)) for lst in lists if i < len(lst)]
 
 
+def in_order(workloads: list[dict], prefixes: list[str]) -> list[dict]:
+    """Those whose ``level/file`` starts with one of ``prefixes`` first, in that order (a
+    re-measurement names what matters most first), then the rest as they came."""
+    def rank(w: dict) -> int:
+        path = Path(w["path"])
+        name = f"{path.parent.name}/{path.name}"
+        return next((i for i, p in enumerate(prefixes) if name.startswith(p)), len(prefixes))
+
+    return sorted(workloads, key=rank)  # stable: ties keep the interleaved order
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout (its root or its KernelBench/ folder)")
@@ -91,6 +102,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--timing-budget-s", type=float, default=None, help="seconds of timed calls per measurement")
     ap.add_argument("--limit", type=int, default=None, help="at most this many problems in this call")
+    ap.add_argument("--first", default="", help="comma-separated level/file-name prefixes (level1/81_) to run first, in that order")
     ap.add_argument("--fill", default=None, help="add this compile mode to measured problems that lack it (no kloom job)")
     ap.add_argument("--fill-timeout-s", type=float, default=150.0, help="with --fill: a problem's child is killed after this")
     args = ap.parse_args()
@@ -117,7 +129,8 @@ def main() -> int:
 
     if args.fill:
         return fill(args, interleaved(imported), rows, partial, started)
-    todo = [w for w in interleaved(imported) if not settled(rows.get(w["name"]))]
+    first = [p for p in args.first.split(",") if p]
+    todo = [w for w in in_order(interleaved(imported), first) if not settled(rows.get(w["name"]))]
     if args.limit is not None:
         todo = todo[: args.limit]
     print(f"{len(imported)} imported, {len(rejected)} not imported, {len(todo)} to run in this call", flush=True)

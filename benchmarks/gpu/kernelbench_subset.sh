@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu/kernelbench_subset.sh [resume folder] [max candidates] level1/1_ level2/29_ ...
 #
 # Each argument after the first two is a file-name prefix under KernelBench/ (level1/1_ picks
-# level1/1_Square_matrix_multiplication_.py). Carry .whl, .gpu and the resume folder; merge the
+# level1/1_Square_matrix_multiplication_.py); they run in the order given. Carry .whl, .gpu and the resume folder; merge the
 # call's partial.jsonl into the committed results with benchmarks/kernelbench_merge.py.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -23,5 +23,5 @@ for prefix in "$@"; do
   if [ "${#found[@]}" -ne 1 ]; then echo "$prefix names ${#found[@]} files; give a longer prefix" >&2; exit 2; fi
   mkdir -p "$SUB/KernelBench/$(dirname "$prefix")" && cp "${found[0]}" "$SUB/KernelBench/$(dirname "$prefix")/"
 done
-echo "re-measuring $# problem(s): $*"
-bash benchmarks/gpu/kernelbench.sh "$RESUME" "$SUB" "$CANDIDATES"
+echo "re-measuring $# problem(s), in this order: $*"
+KB_FIRST="$(IFS=,; echo "$*")" bash benchmarks/gpu/kernelbench.sh "$RESUME" "$SUB" "$CANDIDATES"

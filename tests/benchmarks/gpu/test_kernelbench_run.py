@@ -132,6 +132,21 @@ def _problem_module():
     return problem
 
 
+def test_problems_named_first_run_first_in_the_order_named():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    try:
+        from kernelbench_run import in_order, interleaved
+    finally:
+        sys.path.pop(0)
+    ws = [{"path": f"/kb/KernelBench/level{lv}/{i}_P{i}.py"} for lv, ids in ((1, (1, 3, 81)), (2, (11, 13))) for i in ids]
+    names = lambda rows: [f"{Path(w['path']).parent.name}/{Path(w['path']).name}" for w in rows]
+    walked = interleaved(ws)
+    assert names(walked) == ["level1/1_P1.py", "level2/11_P11.py", "level1/3_P3.py", "level2/13_P13.py", "level1/81_P81.py"]
+    assert names(in_order(walked, ["level1/81_", "level2/13_"]))[:2] == ["level1/81_P81.py", "level2/13_P13.py"]
+    assert names(in_order(walked, ["level1/8"]))[0] == "level1/81_P81.py"
+    assert in_order(walked, []) == walked
+
+
 def test_the_device_peak_takes_no_sample_while_a_judge_times(tmp_path, monkeypatch):
     """NVML's queries stall CUDA calls: the harness's sampler keeps out of the judge's blocks."""
     import time
