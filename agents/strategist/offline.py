@@ -95,6 +95,36 @@ def _tier(option: Option, evidence: dict[str, StrategyHint]) -> tuple[int, float
     return _LOSES, speedup or 0.0
 
 
+def _lost_kernels(ctx: PlanningContext) -> list[tuple[frozenset[str], float]]:
+    """The template sets of this job's kernel candidates that ran correct and slower than the
+    reference, with their speedups."""
+    return [(frozenset(s.plan.params.get("templates") or ()), s.speedup) for s in ctx.history
+            if s.plan.strategy == KERNELS and s.speedup is not None and s.speedup < 1.0 and s.plan.params.get("templates")]
+
+
+def behind_lost_kernels(options: list[Option], ctx: PlanningContext) -> tuple[list[Option], set[str], str]:
+    """``options`` with the kernel options that take every region of a kernel candidate this job
+    measured slower than the reference moved after the others (the same slow kernels would run
+    in them: a transposed convolution's kernel lost to cuDNN at 0.83x, and its second variant,
+    with more regions, took the step torch.compile's 1.16x needed), the keys of those moved, and
+    why."""
+    lost = _lost_kernels(ctx)
+    if not lost:
+        return options, set(), ""
+
+    def repeats(option: Option) -> bool:
+        taken = set(option.params.get("templates") or ())
+        return option.strategy == KERNELS and any(templates <= taken for templates, _ in lost)
+
+    moved = {o.key for o in options if repeats(o)}
+    if not moved:
+        return options, set(), ""
+    templates, speedup = min(lost, key=lambda t: t[1])
+    why = (f"kloom's kernels for {', '.join(sorted(templates))} ran at {speedup:.2f}x the reference in this job: "
+           "options without them first; ")
+    return sorted(options, key=repeats), moved, why  # stable: the ranking holds within each part
+
+
 #: A reference at this share of its roofline floor (or nearer) leaves nothing worth a search.
 AT_FLOOR = 0.9
 
@@ -140,7 +170,8 @@ class OfflinePlanner:
         # copy then took the place of an untried option (torch.compile, 1.15x on a transposed
         # convolution whose two kernel candidates had lost).
         has_correct = ctx.best is not None
-        options = self._ranked(ctx, analysis, tried)
+        ranked = self._ranked(ctx, analysis, tried)
+        options, moved, why_moved = behind_lost_kernels(ranked, ctx)
         anchor = next((o for o in options if o.strategy == REFERENCE_COPY), None)
         if anchor and not has_correct and (remaining <= 1 or len(options) == 1):
             return self._plan(anchor, analysis, "no candidate is correct yet and this is the last step: "), Usage()
@@ -156,7 +187,10 @@ class OfflinePlanner:
             if has_correct and self._settled(option, ctx):
                 settled.append(option.strategy)
                 continue
-            return self._plan(option, analysis, self._kb_note(option, ctx)), Usage()
+            # Said where an option moved behind took its place.
+            overtook = any(o.key in moved for o in ranked[:ranked.index(option)])
+            prefix = why_moved if overtook and option.key not in moved else ""
+            return self._plan(option, analysis, prefix + self._kb_note(option, ctx)), Usage()
         self.done_reason = (
             f"the knowledge base measured the remaining option(s) ({', '.join(settled)}) on this very workload below "
             f"this job's best ({ctx.best.speedup:.2f}x)"

@@ -16,7 +16,8 @@ from agents.roles import KBAdvice, KernelHint, StrategyHint
 from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.codegen import source_rewrites
-from agents.strategist.offline import KB_MIN_WEIGHT, offline_candidate
+from agents.strategist.offline import KB_MIN_WEIGHT, behind_lost_kernels, offline_candidate
+from agents.strategist.options import Option
 from kloom.suite import find
 from tests import eval_records
 
@@ -275,3 +276,30 @@ def test_a_kept_kernel_whose_strategy_gains_nothing_nearby_is_not_reused_first(c
     ctx.kb = KBAdvice(kernels=[hint], strategies=[_close("torch_compile", 0.97, weight=1.9)])
     plan, _ = OfflinePlanner().plan(ctx)
     assert (plan.strategy, plan.params) == ("kb_reuse", {"kernel_id": "k3"})
+
+
+def _kernels(templates: list[str], wrapper: str = "kernels") -> Option:
+    return Option("triton_kernels", {"wrapper": wrapper, "templates": templates}, 1.0, "kloom's kernels")
+
+
+def test_kernel_options_that_repeat_a_kernel_candidate_slower_than_the_reference_go_last(cross_entropy, monkeypatch):
+    """A job whose kernel candidate lost to the reference (a transposed convolution's kernel at
+    0.83x of cuDNN) tries the options without those kernels before another variant holding them
+    all; a variant without one of them keeps its place."""
+    path, analysis = cross_entropy
+    ctx = planning_context(path, analysis)
+    lost = _kernels(["conv_transposed", "pool"], "kernels_compiled")
+    ctx.history.append(_step(0, Plan("triton_kernels", lost.params, "", "offline"), "code of the kernels", 0.83))
+    ctx.budget.steps_done = 1
+    superset, other = _kernels(["conv_transposed", "layer_norm", "pool"]), _kernels(["pool"], "kernels_graph")
+    compile_ = next(o for o in options_for(analysis) if o.strategy == "torch_compile")
+    ranked = [superset, other, compile_]
+    order, moved, why = behind_lost_kernels(ranked, ctx)
+    assert order == [other, compile_, superset] and moved == {superset.key}
+    assert why.startswith("kloom's kernels for conv_transposed, pool ran at 0.83x")
+    monkeypatch.setattr(OfflinePlanner, "_ranked", lambda self, ctx, analysis, tried: [superset, compile_])
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert plan.strategy == "torch_compile" and plan.rationale.startswith(why)
+    # A kernel candidate that won moves nothing.
+    ctx.history[0] = _step(0, Plan("triton_kernels", lost.params, "", "offline"), "code of the kernels", 1.4)
+    assert behind_lost_kernels(ranked, ctx) == (ranked, set(), "")
