@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from kloom.layout import dense_order
 from kloom.opgraph import DTYPE_BYTES, OpGraph, OpNode, TensorInfo
 
 if TYPE_CHECKING:
@@ -268,20 +269,10 @@ def laid_out(graph: OpGraph, match: Match, names: Namer) -> list[str]:
     lines = match.emit(names)
     for tid in match.outputs:
         info = graph.tensors[tid]
-        if not info.contiguous and _dense(info):
+        if not info.contiguous and dense_order(info.shape, info.stride) is not None:
             name = names.read(tid)
             lines.append(f"{name} = _kl_strided({name}, {tuple(info.stride)!r})")
     return lines
-
-
-def _dense(info: TensorInfo) -> bool:
-    """Whether the layout covers its elements once each, without gaps (a permuted row-major one)."""
-    expected = 1
-    for size, stride in sorted((p for p in zip(info.shape, info.stride) if p[0] != 1), key=lambda p: p[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def nbytes(info: TensorInfo) -> int:

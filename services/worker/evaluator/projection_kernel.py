@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kloom.layout import dense_order
+
 from .projection import _M1, _M2
 
 BLOCK = 4096
@@ -123,15 +125,12 @@ def dense_layout(t: torch.Tensor) -> tuple[list[int], list[int]] | None:
     n = t.numel()
     if n == 0 or n >= 1 << 31:
         return None
+    order = dense_order(t.shape, t.stride())
+    if order is None:
+        return None
     row, acc = [0] * t.dim(), 1
     for d in range(t.dim() - 1, -1, -1):
         row[d], acc = acc, acc * t.shape[d]
-    order = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: -t.stride(d))
-    expect = 1
-    for d in reversed(order):
-        if t.stride(d) != expect:
-            return None
-        expect *= t.shape[d]
     sizes: list[int] = []
     strides: list[int] = []
     for d in order:
