@@ -67,15 +67,16 @@ def follow(
     # A start read from memory may feed the operands too (``x / norm(x)``); one the kernel makes may not.
     made = values if owned else set()
     # The kernel runs at the chain's last node: a node before it that writes in place memory the
-    # region read (its start, its operands; an owned start's producer's inputs), or reads memory
-    # the producer wrote in place (a training batch norm's running statistics), ends the chain.
-    loaded, wrote = {view.tensor(start).storage}, set()
+    # region read (its start, its operands; an owned start's producer's inputs) or the producer
+    # wrote, or reads memory the producer wrote in place (a training batch norm's running
+    # statistics), ends the chain (``GraphView.hazard``, which ``check_match`` asks too).
+    loaded, wrote = view.storages([start]), set()
     if owned and start in view.producer:
         producer = view.node(view.producer[start])
-        loaded.update(view.tensor(t).storage for t in producer.tensor_args())
-        wrote = {view.tensor(t).storage for t in producer.written()}
+        loaded |= view.storages(producer.tensor_args())
+        wrote = view.storages(producer.written())
     for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:
-        if len(nodes) >= max_nodes or _crosses(view, node, loaded, wrote):
+        if len(nodes) >= max_nodes or view.hazard(node, loaded, wrote) is not None:
             break
         if not view.free(node.index):
             continue
@@ -93,17 +94,12 @@ def follow(
                 break  # the chain cannot go past a node that needs its values but cannot join it
             continue
         nodes.append(node.index)
-        loaded.update(view.tensor(t).storage for t in reads if t not in values)
+        loaded |= view.storages(t for t in reads if t not in values)
         values.add(out)
         values.update(new for _, new in node.writes)
         made = values if owned else values - {start}
         memo.clear()
     return _best_prefix(view, start, nodes, operands, owned)
-
-
-def _crosses(view: GraphView, node, loaded: set[int], wrote: set[int]) -> bool:
-    """Whether ``node`` writes in place memory of ``loaded`` or reads memory of ``wrote`` (storages)."""
-    return any(view.tensor(t).storage in loaded for t in node.written()) or any(view.tensor(t).storage in wrote for t in node.tensor_args())
 
 
 def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned: bool) -> Chain | None:

@@ -169,6 +169,26 @@ class GraphView:
                         changed = True
         return family
 
+    def storages(self, tids) -> set[int]:
+        """The memory (storage ids) the tensors ``tids`` live in."""
+        return {self.tensor(t).storage for t in tids}
+
+    def hazard(self, node: OpNode, read: set[int] | dict[int, int], wrote: set[int] | dict[int, int]) -> tuple[str, int, int] | None:
+        """What keeps a kernel that runs after ``node`` from taking reads or writes from before
+        it: ``("writes", storage, tensor)`` when ``node`` writes in place memory of ``read`` or
+        ``wrote`` (a moved read would see the new values, a moved write would be overwritten),
+        ``("reads", storage, tensor)`` when it reads memory of ``wrote`` (it would miss the
+        write); None when neither."""
+        for t in node.written():
+            storage = self.tensor(t).storage
+            if storage in read or storage in wrote:
+                return ("writes", storage, t)
+        for t in node.tensor_args():
+            storage = self.tensor(t).storage
+            if storage in wrote:
+                return ("reads", storage, t)
+        return None
+
     def with_claimed(self, nodes: frozenset[int]) -> "GraphView":
         view = GraphView.__new__(GraphView)
         view.__dict__.update(self.__dict__)
@@ -224,21 +244,19 @@ def _check_no_write_between(view: GraphView, match: Match, last: int) -> None:
     wrote: dict[int, int] = {}  # storage -> the first region node that wrote it in place
     for i in range(min(match.nodes), last):
         node = view.node(i)
-        written = {view.tensor(t).storage for t in node.written()}
         if i in match.nodes:
-            for t in node.tensor_args():
-                read.setdefault(view.tensor(t).storage, i)
-            for storage in written:
+            for storage in view.storages(node.tensor_args()):
+                read.setdefault(storage, i)
+            for storage in view.storages(node.written()):
                 wrote.setdefault(storage, i)
             continue
-        for storage in written:
-            j = read.get(storage, wrote.get(storage))
-            if j is not None:
-                raise MatchError(f"{match.template}: node {i} writes in place memory that node {j} of the region read or wrote before it")
-        for t in node.tensor_args():
-            j = wrote.get(view.tensor(t).storage)
-            if j is not None:
-                raise MatchError(f"{match.template}: node {i} reads tensor {t} after node {j} of the region wrote its memory in place")
+        found = view.hazard(node, read, wrote)
+        if found is None:
+            continue
+        kind, storage, t = found
+        if kind == "writes":
+            raise MatchError(f"{match.template}: node {i} writes in place memory that node {read.get(storage, wrote.get(storage))} of the region read or wrote before it")
+        raise MatchError(f"{match.template}: node {i} reads tensor {t} after node {wrote[storage]} of the region wrote its memory in place")
 
 
 #: The registered templates, by name.
