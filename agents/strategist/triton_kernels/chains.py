@@ -70,7 +70,9 @@ def follow(
     # region read (its start, its operands; an owned start's producer's inputs) or the producer
     # wrote, or reads memory the producer wrote in place (a training batch norm's running
     # statistics), ends the chain (``GraphView.hazard``, which ``check_match`` asks too).
-    loaded, wrote = view.storages([start]), set()
+    # An owned start is never in memory: a node that writes it in place (``relu_`` after a norm)
+    # may join the chain when nothing else shares its memory.
+    loaded, wrote = (set() if owned and not view.aliased(start) else view.storages([start])), set()
     if owned and start in view.producer:
         producer = view.node(view.producer[start])
         loaded |= view.storages(producer.tensor_args())
@@ -86,7 +88,7 @@ def follow(
             continue
         out = node.outputs[0] if node.outputs else None
         ops = lower(node, lambda t: view.tensor(t).dtype)
-        foreign_write = any(old not in values or old == start for old, _ in node.writes)
+        foreign_write = any(old not in values or (old == start and not owned) or view.aliased(old) for old, _ in node.writes)
         if ops is None or out is None or foreign_write or view.tensor(out).shape != shape or any(
             t not in values and _depends_on(view, t, made, memo) for t in reads
         ):

@@ -205,3 +205,18 @@ def test_a_training_batch_norm_whose_output_nothing_reads_is_still_replayed(inte
     monkeypatch.setitem(probe.PLANS, "gemm", ["gemm_fp32_epilogue"])
     outcome = probe.probe(probe.PROBLEMS / "n_bn_tracking_side_branch.py", "gemm")
     assert outcome.status == "ok" and "native_batch_norm" in outcome.left, outcome.line()
+
+
+def test_in_place_activations_and_adds_into_a_regions_own_output_join_its_epilogue(interpret):
+    """``relu_`` after a norm (ResNet's ReLU(inplace=True)), ``out += identity``, ``mul_`` and
+    ``add_`` of a value read before the write: they write memory only the region's kernel makes,
+    so they join its epilogue (they were left to torch, one more pass over the activations each).
+    A view taken before the write, and a write into an operand, stay with torch."""
+    (block,) = [o for o in _outcomes("n_resnet_basic_eval") if o.plan == "all"]
+    assert block.status == "ok" and "batch_norm:native_batch_norm,relu_" in block.regions, block.line()
+    assert "batch_norm:native_batch_norm,add_,relu_" in block.regions, block.line()
+    for outcome in _assert_correct("n_inplace_epilogues"):
+        assert "batch_norm:native_batch_norm,mul,relu_,mul_,add_,add_" in outcome.regions, outcome.line()
+        assert any(r.endswith(":addmm,hardtanh_") for r in outcome.regions), outcome.line()
+        assert "batch_norm:native_batch_norm" in outcome.regions and "relu_" in outcome.left, outcome.line()
+        assert outcome.left.count("add_") == 3, outcome.line()  # two batch counters and h.add_(g)
