@@ -48,6 +48,12 @@ EPILOGUE = dict(
 )  # fmt: skip
 NO_EPILOGUE = dict(E0=NONE, E1=NONE, E2=NONE, E3=NONE, N_OPS=0, ONUMEL=4096, POST=(), POST_SCALARS=())
 PROLOGUE = dict(F0=FULL, F1=NONE, F2=NONE, F3=NONE, N_PRE=1, INUMEL=4096, PRE=(EW_OPS["mul"].code, 0, 0, EW_OPERAND), PRE_SCALARS=())
+#: A scale, then a boolean mask's fill with -inf (attention's prologue before its softmax).
+MASKED_FILL = dict(
+    F0=FULL, F1=NONE, F2=NONE, F3=NONE, N_PRE=1, INUMEL=4096,
+    PRE=(EW_OPS["mul"].code, 0, 0, EW_SCALAR, EW_OPS["select_nz"].code, 1, EW_OPERAND, EW_SCALAR + 1, EW_OPS["fill_nan"].code, 0, 1, 0),
+    PRE_SCALARS=(0.125, float("-inf")),
+)  # fmt: skip
 NO_PROLOGUE = dict(F0=NONE, F1=NONE, F2=NONE, F3=NONE, N_PRE=0, INUMEL=4096, PRE=(), PRE_SCALARS=())
 #: Types of runtime arguments by name (pointers default to float32 data).
 TYPES = {"rows": "i32", "R": "i32", "n": "i32", "outer": "i32", "inner": "i32", "C": "i32", "eps": "fp32", "idx_ptr": "*i64", "t_ptr": "*i64"}
@@ -61,10 +67,10 @@ def cases() -> list[tuple[str, object, dict, dict, int]]:
     ]  # fmt: skip
     for log in (False, True):
         found += [
-            (f"softmax rows log={log}", _sm_rows_single, {}, dict(**EPILOGUE, LOG=log, BIG=False, BLOCK=1024, ROWS=4), 8),
-            (f"softmax loop log={log}", _sm_rows_loop, {}, dict(**NO_EPILOGUE, R=100000, LOG=log, BIG=True, CHUNK=4096), 8),
-            (f"softmax cols log={log}", _sm_cols, {"x_ptr": "*bf16", "out_ptr": "*bf16"}, dict(**EPILOGUE, R=300, LOG=log, BIG=False, SINGLE=False, R_POW2=512, BLOCK_R=32, BLOCK_I=64), 8),
-            (f"softmax cols single log={log}", _sm_cols, {}, dict(**NO_EPILOGUE, R=12, LOG=log, BIG=False, SINGLE=True, R_POW2=16, BLOCK_R=16, BLOCK_I=64), 4),
+            (f"softmax rows log={log}", _sm_rows_single, {"k0": "*i1"}, dict(**MASKED_FILL, **EPILOGUE, LOG=log, BIG=False, BLOCK=1024, ROWS=4), 8),
+            (f"softmax loop log={log}", _sm_rows_loop, {}, dict(**PROLOGUE, **NO_EPILOGUE, R=100000, LOG=log, BIG=True, CHUNK=4096), 8),
+            (f"softmax cols log={log}", _sm_cols, {"x_ptr": "*bf16", "out_ptr": "*bf16"}, dict(**NO_PROLOGUE, **EPILOGUE, R=300, LOG=log, BIG=False, SINGLE=False, R_POW2=512, BLOCK_R=32, BLOCK_I=64), 8),
+            (f"softmax cols single log={log}", _sm_cols, {}, dict(**PROLOGUE, **NO_EPILOGUE, R=12, LOG=log, BIG=False, SINGLE=True, R_POW2=16, BLOCK_R=16, BLOCK_I=64), 4),
         ]  # fmt: skip
     for rms in (False, True):
         norm = dict(RMS=rms, G=2, CPG=8, HW=64, HAS_W=True, HAS_B=not rms)

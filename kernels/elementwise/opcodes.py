@@ -77,4 +77,8 @@ EW_OPS = {
     "le": EwOp(70, 2),
     "eq": EwOp(71, 2),
     "ne": EwOp(72, 2),
+    # masked_fill(x, m, v) as fill_nan(select_nz(m, v), x), exact for every x (infinities and
+    # NaN included) and every v but NaN, which the lowering refuses
+    "select_nz": EwOp(73, 2),  # b where a != 0, else NaN
+    "fill_nan": EwOp(74, 2),  # b where a is NaN, else a
 }

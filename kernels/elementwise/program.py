@@ -63,6 +63,8 @@ _EW_LT = tl.constexpr(EW_OPS["lt"].code)
 _EW_LE = tl.constexpr(EW_OPS["le"].code)
 _EW_EQ = tl.constexpr(EW_OPS["eq"].code)
 _EW_NE = tl.constexpr(EW_OPS["ne"].code)
+_EW_SELECT_NZ = tl.constexpr(EW_OPS["select_nz"].code)
+_EW_FILL_NAN = tl.constexpr(EW_OPS["fill_nan"].code)
 
 
 @triton.jit
@@ -280,9 +282,13 @@ def _ew_binary(OP: tl.constexpr, a, b):
         v = (a <= b).to(a.dtype)
     elif OP == _EW_EQ:
         v = (a == b).to(a.dtype)
-    else:
-        tl.static_assert(OP == _EW_NE, "unknown elementwise op code")
+    elif OP == _EW_NE:
         v = (a != b).to(a.dtype)
+    elif OP == _EW_SELECT_NZ:
+        v = tl.where(a != 0, b, float("nan"))
+    else:
+        tl.static_assert(OP == _EW_FILL_NAN, "unknown elementwise op code")
+        v = tl.where(a != a, b, a)
     return v
 
 

@@ -144,3 +144,14 @@ def test_a_bfloat16_result_is_rounded_to_the_nearest_not_truncated():
     x = torch.cat([ties.view(torch.float32), torch.randn(4096)])
     got = ew_chain([x], (C["copy"], 0, 0, 0), (), x.shape, torch.bfloat16)
     torch.testing.assert_close(got, x.bfloat16(), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("value", [float("-inf"), -1e9, 0.0, 3.5, float("inf")])
+def test_masked_fill_as_two_selects_is_exact_for_every_value_it_keeps(value):
+    """``select_nz(m, v)`` then ``fill_nan(., x)``: ``v`` where the mask is set and ``x``
+    elsewhere, bit for bit, whatever ``x`` holds (infinities and NaN kept, not arithmetic)."""
+    x = torch.cat([X[:40], torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0] * 2)])
+    mask = torch.rand(x.shape, generator=torch.Generator().manual_seed(3)) > 0.5
+    program = (C["select_nz"], 1, 5, 8, C["fill_nan"], 0, 1, 4)
+    got = ew_chain([x, mask], program, (value,), x.shape, torch.float32)
+    torch.testing.assert_close(got, x.masked_fill(mask, value), rtol=0, atol=0, equal_nan=True)

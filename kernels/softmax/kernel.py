@@ -21,10 +21,21 @@ from kernels.elementwise.program import ew_epilogue, ew_stored
 SM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+@triton.jit
+def _sm_pre(x, idx, mask, k0, k1, k2, k3, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, F3: tl.constexpr,
+            N_PRE: tl.constexpr, INUMEL: tl.constexpr, PRE: tl.constexpr, PRE_SCALARS: tl.constexpr, OTHER):  # fmt: skip
+    """The prologue applied to loaded values (a scale and a masked fill before attention's
+    softmax); lanes outside the tile hold ``OTHER`` again after it."""
+    x = ew_epilogue(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS)
+    return tl.where(mask, x, OTHER)
+
+
 @triton.autotune(configs=ew_row_tile_configs(), key=["R", "rows"], prune_configs_by={"early_config_prune": ew_row_tile_prune}, do_bench=ew_bench)
 @triton.jit
 def _sm_rows_single(
     x_ptr, out_ptr, rows, R,
+    k0, k1, k2, k3, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, F3: tl.constexpr,
+    N_PRE: tl.constexpr, INUMEL: tl.constexpr, PRE: tl.constexpr, PRE_SCALARS: tl.constexpr,
     q0, q1, q2, q3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr,
     N_OPS: tl.constexpr, ONUMEL: tl.constexpr, POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     LOG: tl.constexpr, BIG: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
@@ -36,6 +47,7 @@ def _sm_rows_single(
         r = r.to(tl.int64)
     idx = r * R + c
     x = tl.load(x_ptr + idx, mask=mask, other=-float("inf")).to(tl.float32)
+    x = _sm_pre(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, -float("inf"))
     m = tl.max(x, axis=1)[:, None]
     e = tl.exp(x - m)
     s = tl.sum(e, axis=1)[:, None]
@@ -55,6 +67,8 @@ def _sm_loop_configs():
 @triton.jit
 def _sm_rows_loop(
     x_ptr, out_ptr, rows, R: tl.constexpr,
+    k0, k1, k2, k3, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, F3: tl.constexpr,
+    N_PRE: tl.constexpr, INUMEL: tl.constexpr, PRE: tl.constexpr, PRE_SCALARS: tl.constexpr,
     q0, q1, q2, q3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr,
     N_OPS: tl.constexpr, ONUMEL: tl.constexpr, POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     LOG: tl.constexpr, BIG: tl.constexpr, CHUNK: tl.constexpr,
@@ -69,6 +83,7 @@ def _sm_rows_loop(
     for start in range(0, R, CHUNK):
         mask = start + c < R
         x = tl.load(x_ptr + base + start + c, mask=mask, other=-float("inf")).to(tl.float32)
+        x = _sm_pre(x, base + start + c, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, -float("inf"))
         m_new = tl.maximum(m, x)
         s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
         m = m_new
@@ -78,6 +93,7 @@ def _sm_rows_loop(
         mask = start + c < R
         idx = base + start + c
         x = tl.load(x_ptr + idx, mask=mask, other=0.0).to(tl.float32)
+        x = _sm_pre(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, 0.0)
         if LOG:
             y = x - top - tl.log(total)
         else:
@@ -108,6 +124,8 @@ def _sm_cols_prune(configs, named_args, **kwargs):
 @triton.jit
 def _sm_cols(
     x_ptr, out_ptr, outer, R: tl.constexpr, inner,
+    k0, k1, k2, k3, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, F3: tl.constexpr,
+    N_PRE: tl.constexpr, INUMEL: tl.constexpr, PRE: tl.constexpr, PRE_SCALARS: tl.constexpr,
     q0, q1, q2, q3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr, E3: tl.constexpr,
     N_OPS: tl.constexpr, ONUMEL: tl.constexpr, POST: tl.constexpr, POST_SCALARS: tl.constexpr,
     LOG: tl.constexpr, BIG: tl.constexpr, SINGLE: tl.constexpr, R_POW2: tl.constexpr,
@@ -123,6 +141,7 @@ def _sm_cols(
         mask = (rr < R) & (i < inner)
         idx = base + rr * inner
         x = tl.load(x_ptr + idx, mask=mask, other=-float("inf")).to(tl.float32)
+        x = _sm_pre(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, -float("inf"))
         top = tl.max(x, axis=0)[None, :]
         e = tl.exp(x - top)
         total = tl.sum(e, axis=0)[None, :]
@@ -138,6 +157,7 @@ def _sm_cols(
         for start in range(0, R, BLOCK_R):
             mask = (start + rr < R) & (i < inner)
             x = tl.load(x_ptr + base + (start + rr) * inner, mask=mask, other=-float("inf")).to(tl.float32)
+            x = _sm_pre(x, base + (start + rr) * inner, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, -float("inf"))
             m_new = tl.maximum(m, tl.max(x, axis=0))
             s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), axis=0)
             m = m_new
@@ -145,6 +165,7 @@ def _sm_cols(
             mask = (start + rr < R) & (i < inner)
             idx = base + (start + rr) * inner
             x = tl.load(x_ptr + idx, mask=mask, other=0.0).to(tl.float32)
+            x = _sm_pre(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS, 0.0)
             if LOG:
                 y = x - m[None, :] - tl.log(s)[None, :]
             else:
@@ -153,10 +174,10 @@ def _sm_cols(
             tl.store(out_ptr + idx, ew_stored(y, out_ptr.dtype.element_ty), mask=mask)
 
 
-def softmax(x: torch.Tensor, dim: int, log: bool = False, post=None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``softmax(x, dim)`` (``log_softmax`` when ``log``), then the epilogue ``post``
-    (``(operands, program, scalars)``, see ``ew_epilogue_args``), as a new contiguous tensor of
-    ``dtype`` (default: ``x``'s)."""
+def softmax(x: torch.Tensor, dim: int, log: bool = False, post=None, dtype: torch.dtype | None = None, pre=None) -> torch.Tensor:
+    """``softmax(pre(x), dim)`` (``log_softmax`` when ``log``), then the epilogue ``post``
+    (``(operands, program, scalars)``, see ``ew_epilogue_args``; ``pre`` alike, its operands
+    broadcast to ``x``'s shape), as a new contiguous tensor of ``dtype`` (default: ``x``'s)."""
     if not isinstance(x, torch.Tensor) or x.dtype not in SM_DTYPES or x.dim() == 0:
         raise KernelUnsupported("softmax reads a float32/float16/bfloat16 tensor of at least one dimension")
     dtype = dtype or x.dtype
@@ -169,7 +190,7 @@ def softmax(x: torch.Tensor, dim: int, log: bool = False, post=None, dtype: torc
     out = torch.empty(shape, dtype=dtype, device=x.device)
     if x.numel() == 0:
         return out
-    epilogue = ew_epilogue_args(post, shape, out)
+    epilogue = {**ew_epilogue_args(pre, shape, x, prefix="pre"), **ew_epilogue_args(post, shape, out)}
     big = x.numel() >= 2**31 - 2**16
     if inner == 1:
         if triton.next_power_of_2(R) <= EW_TILE_MAX:

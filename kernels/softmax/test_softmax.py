@@ -43,3 +43,17 @@ def test_non_contiguous_input_and_fused_epilogue():
 def test_refuses_integer_input():
     with pytest.raises(KernelUnsupported):
         softmax(torch.arange(6).reshape(2, 3), 1)
+
+
+@pytest.mark.parametrize("shape, dim", CASES)
+def test_a_prologue_scales_and_masks_before_the_softmax(shape, dim):
+    """Attention's ``softmax(masked_fill(s * scale, mask, -inf))`` in one kernel: the prologue
+    runs on the loaded values in every path (rows in registers, the online passes, inner axes),
+    a broadcast mask included; a row masked whole gives NaN as torch's does."""
+    x = torch.randn(shape)
+    mask = torch.rand(shape[-1]) > 0.6  # broadcast along every dimension but the last
+    c = EW_OPS
+    program = (c["mul"].code, 0, 0, 8, c["select_nz"].code, 1, 4, 9, c["fill_nan"].code, 0, 1, 0)
+    got = softmax(x, dim, pre=([mask], program, (0.125, float("-inf"))))
+    want = torch.softmax((x * 0.125).masked_fill(mask, float("-inf")), dim)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

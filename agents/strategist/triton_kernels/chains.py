@@ -13,6 +13,8 @@ its epilogue (``Chain.program``/``scalars``/``operands``), and its kernel runs `
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from kernels.elementwise.opcodes import EW_MAX_OPERANDS, EW_OPERAND, EW_OPS, EW_REGISTERS, EW_SCALAR
@@ -36,6 +38,16 @@ class Chain:
     @property
     def steps(self) -> int:
         return len(self.program) // 4
+
+    def scalars_code(self) -> str:
+        return scalars_code(self.scalars)
+
+
+def scalars_code(scalars: tuple[float, ...]) -> str:
+    """A program's scalars as Python source (``float('-inf')`` for an infinity, whose repr is
+    no literal: a masked fill's ``-inf``, a clamp without a bound)."""
+    text = [repr(v) if math.isfinite(v) else f"float('{v}')" for v in scalars]
+    return f"({', '.join(text)}{',' if len(text) == 1 else ''})"
 
 
 def _depends_on(view: GraphView, tid, values: set, memo: dict) -> bool:

@@ -98,7 +98,23 @@ def lower(node: OpNode, dtype_of) -> list[MicroOp] | None:
         return _pow(node, out)
     if name == "_to_copy":
         return _cast(node, out, first, dtype_of)
+    if name == "masked_fill":
+        return _masked_fill(node, out, first, dtype_of)
     return None
+
+
+def _masked_fill(node: OpNode, out, first: Ref | None, dtype_of) -> list[MicroOp] | None:
+    """``x.masked_fill(mask, v)`` for a scalar ``v`` (the attention mask's ``-inf`` before a
+    softmax): ``v`` where the mask is set, ``x`` elsewhere, through a NaN that only ``v`` could
+    be (refused then). A ``v`` held in a tensor is not known at planning time."""
+    mask = _ref(node.arg("mask"))
+    value = _ref(node.arg("value"))
+    if first is None or mask is None or mask[0] != "tensor" or value is None or value[0] != "scalar" or value[1] != value[1]:
+        return None
+    if dtype_of(mask[1]) != "bool":
+        return None
+    picked = ("tmp", out)
+    return [MicroOp("select_nz", picked, mask, value), MicroOp("fill_nan", out, ("tensor", picked), first)]
 
 
 def _clamp(node: OpNode, name: str, out, first: Ref | None) -> list[MicroOp] | None:

@@ -76,7 +76,7 @@ def chain_code(chain: Chain | None, read) -> str:
     """A kernel's ``pre=``/``post=`` argument for ``chain``."""
     if chain is None:
         return "None"
-    return f"([{', '.join(read(t) for t in chain.operands)}], {chain.program!r}, {chain.scalars!r})"
+    return f"([{', '.join(read(t) for t in chain.operands)}], {chain.program!r}, {chain.scalars_code()})"
 
 
 def cost(view: GraphView, reads, writes, flops: int = 0) -> RegionCost:

@@ -48,7 +48,7 @@ import math
 from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS
 from kloom.opgraph import decode_float, int_list
 
-from .chains import Chain, follow
+from .chains import Chain, follow, scalars_code
 from .templates import GraphView, Match, RegionCost, nbytes, register
 
 GEMM_MODULE = "kernels.gemm.matmul"
@@ -98,7 +98,7 @@ def _chain_post(chain: Chain | None, read, prefix: tuple = (), loaded: tuple = (
     program = prefix + (chain.program if chain else ())
     operands = chain.operands if chain else loaded
     scalars = chain.scalars if chain else ()
-    return f"([{', '.join(read(t) for t in operands)}], {program!r}, {scalars!r})"
+    return f"([{', '.join(read(t) for t in operands)}], {program!r}, {scalars_code(scalars)})"
 
 
 class _KindTemplate:

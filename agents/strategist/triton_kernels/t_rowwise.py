@@ -6,25 +6,30 @@ from __future__ import annotations
 
 from kloom.opgraph import OpNode, decode_float
 
-from .t_common import chain_code, cost, epilogue, filled_tensor, float_tensor, optional_tensor, unused
+from .chains import Chain
+from .t_common import chain_code, cost, epilogue, filled_tensor, float_tensor, optional_tensor, prologue, unused
 from .templates import GraphView, Match, register
 
 
-def _finish(view: GraphView, node: OpNode, template, call: str, reads: list[int], rationale: str, params: dict, writes=()) -> Match:
-    """The match of ``node`` (and its epilogue chain): ``call`` is the kernel call's text with
-    ``{post}`` and ``{dtype}`` left to fill, its tensors named ``{t<id>}``."""
+def _finish(view: GraphView, node: OpNode, template, call: str, reads: list[int], rationale: str, params: dict, writes=(), pre: Chain | None = None) -> Match:
+    """The match of ``node`` (and its epilogue chain; ``pre``: the chain that makes its input,
+    computed on the values the kernel loads): ``call`` is the kernel call's text with
+    ``{post}``, ``{pre}`` and ``{dtype}`` left to fill, its tensors named ``{t<id>}``."""
     out = node.outputs[0]
     chain = epilogue(view, out, node)
     final = chain.output if chain else out
-    nodes = frozenset({node.index} | (chain.nodes if chain else set()))
+    nodes = frozenset({node.index} | (chain.nodes if chain else set()) | (pre.nodes if pre else set()))
     dtype = view.tensor(final).dtype
-    operands = list(chain.operands) if chain else []
+    operands = (list(chain.operands) if chain else []) + (list(pre.operands) if pre else [])
 
     def emit(names) -> list[str]:
-        text = call.format(post=chain_code(chain, names.read), dtype=f"torch.{dtype}", **{f"t{t}": names.read(t) for t in reads})
+        text = call.format(
+            post=chain_code(chain, names.read), pre=chain_code(pre, names.read), dtype=f"torch.{dtype}", **{f"t{t}": names.read(t) for t in reads}
+        )
         return [f"{names.define(final)} = {text}"]
 
     fused = f", with {len(chain.nodes)} elementwise op(s) fused after it" if chain else ""
+    fused += f", {len(pre.nodes)} before it (on the values it loads)" if pre else ""
     return Match(
         template=template.name,
         kind=template.kind,
@@ -58,11 +63,13 @@ class Softmax:
                 continue
             log = node.op == "aten::_log_softmax"
             dim = int(node.arg("dim"))
-            call = f"softmax({{t{x}}}, {dim}, log={log}, post={{post}}, dtype={{dtype}})"
+            # The scale and mask before attention's softmax, computed on the values it loads.
+            pre = prologue(view, x, node.index)
+            src = pre.start if pre else x
+            call = f"softmax({{t{src}}}, {dim}, log={log}, post={{post}}, dtype={{dtype}}, pre={{pre}})"
             what = "log-softmax" if log else "softmax"
-            found.append(
-                _finish(view, node, self, call, [x], f"{what} over dim {dim} of {_shape(view, x)}: one read per row that fits, online max and sum otherwise", {"op": what})
-            )
+            rationale = f"{what} over dim {dim} of {_shape(view, x)}: one read per row that fits, online max and sum otherwise"
+            found.append(_finish(view, node, self, call, [src], rationale, {"op": what}, pre=pre))
         return found
 
 

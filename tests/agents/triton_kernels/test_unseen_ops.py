@@ -74,7 +74,7 @@ SAMPLE = [
     "l2_conv_bn_relu_eval", "l2_linear_groupnorm_hardswish", "l2_convT_gap_lse_mul", "l2_linear_sum_max", "l2_broadcast_params",
     "v_gemm_max_sub_mean_gelu", "v_conv_sub_hardswish_pool_mish", "w_attention_by_hand",
     "n_mlp_deep", "n_rmsnorm_swiglu", "n_swin_patch_merging", "n_dense_mlp_concat", "n_gru_cell_by_hand", "n_resnet_basic_eval",
-    "n_mingpt_block", "n_channels_last_resnet",
+    "n_channels_last_resnet",
 ]  # fmt: skip
 
 
@@ -173,9 +173,11 @@ def test_a_region_ends_before_a_write_in_place_to_memory_it_read(interpret):
     """``t = tanh(h); h.mul_(0.5); t + h + x``: the chain tanh, add, add passed the in-place
     ``mul_`` by and ran at its last node, so its tanh read the halved ``h`` (every element off).
     A chain now ends where memory it read is written, and ``check_match`` refuses any region whose
-    statement would read memory written in place after a node of the region read it."""
+    statement would read memory written in place after a node of the region read it. (``h`` is
+    the product's own output, which no one else sees: the write joins the product's epilogue,
+    in order, since in-place writes into a region's output do.)"""
     outcomes = _assert_correct("n_inplace_between_chain")
-    assert outcomes[0].regions[1:] == ["elementwise:tanh", "elementwise:add,add"], outcomes[0].regions
+    assert outcomes[0].regions == ["gemm_fp32x3:addmm,tanh,mul_,add,add"], outcomes[0].regions
     graph = probe.trace(probe.load(probe.PROBLEMS / "n_inplace_between_chain.py"))
     across = frozenset(n.index for n in graph.nodes if n.op in ("aten::tanh", "aten::add"))
     match = Match("t", "elementwise", across, (graph.nodes[max(across)].outputs[0],), (), lambda names: [], RegionCost(0), "")
@@ -220,3 +222,15 @@ def test_in_place_activations_and_adds_into_a_regions_own_output_join_its_epilog
         assert any(r.endswith(":addmm,hardtanh_") for r in outcome.regions), outcome.line()
         assert "batch_norm:native_batch_norm" in outcome.regions and "relu_" in outcome.left, outcome.line()
         assert outcome.left.count("add_") == 3, outcome.line()  # two batch counters and h.add_(g)
+
+
+def test_attentions_scale_and_mask_are_the_softmaxs_prologue(interpret):
+    """MinGPT's ``(q @ k.T) * scale``, ``masked_fill(mask == 0, -inf)``, softmax: the scale and the
+    fill run on the values the softmax loads (two passes over the scores fewer); a fill with NaN
+    or with a value held in a tensor stays with torch (the chain's fill passes through a NaN)."""
+    for outcome in _assert_correct("n_mingpt_block"):
+        assert "softmax:mul,masked_fill,_softmax" in outcome.regions, outcome.line()
+    (outcome,) = _assert_correct("n_masked_fill_kinds")
+    assert "softmax:_to_copy,mul,masked_fill,_softmax" in outcome.regions, outcome.line()
+    assert "elementwise:tanh,masked_fill_" in outcome.regions and "elementwise:mul,abs,lt,masked_fill" in outcome.regions, outcome.line()
+    assert outcome.left.count("masked_fill") == 2, outcome.line()
