@@ -25,9 +25,12 @@ SM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _sm_pre(x, idx, mask, k0, k1, k2, k3, F0: tl.constexpr, F1: tl.constexpr, F2: tl.constexpr, F3: tl.constexpr,
             N_PRE: tl.constexpr, INUMEL: tl.constexpr, PRE: tl.constexpr, PRE_SCALARS: tl.constexpr, OTHER):  # fmt: skip
     """The prologue applied to loaded values (a scale and a masked fill before attention's
-    softmax); lanes outside the tile hold ``OTHER`` again after it."""
-    x = ew_epilogue(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS)
-    return tl.where(mask, x, OTHER)
+    softmax); lanes outside the tile hold ``OTHER`` again after it. Without a prologue the
+    loaded values pass as they are (the kernels compile as before it existed)."""
+    if len(PRE) > 0:
+        x = ew_epilogue(x, idx, mask, k0, k1, k2, k3, F0, F1, F2, F3, N_PRE, INUMEL, PRE, PRE_SCALARS)
+        x = tl.where(mask, x, OTHER)
+    return x
 
 
 @triton.autotune(configs=ew_row_tile_configs(), key=["R", "rows"], prune_configs_by={"early_config_prune": ew_row_tile_prune}, do_bench=ew_bench)

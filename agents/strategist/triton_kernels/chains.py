@@ -39,9 +39,6 @@ class Chain:
     def steps(self) -> int:
         return len(self.program) // 4
 
-    def scalars_code(self) -> str:
-        return scalars_code(self.scalars)
-
 
 def scalars_code(scalars: tuple[float, ...]) -> str:
     """A program's scalars as Python source (``float('-inf')`` for an infinity, whose repr is

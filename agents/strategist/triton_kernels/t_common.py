@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kloom.opgraph import OpNode
 
-from .chains import Chain, compile_nodes, follow
+from .chains import Chain, compile_nodes, follow, scalars_code
 from .lowering import FLOAT_DTYPES, lower
 from .templates import GraphView, RegionCost, nbytes
 
@@ -76,7 +76,7 @@ def chain_code(chain: Chain | None, read) -> str:
     """A kernel's ``pre=``/``post=`` argument for ``chain``."""
     if chain is None:
         return "None"
-    return f"([{', '.join(read(t) for t in chain.operands)}], {chain.program!r}, {chain.scalars_code()})"
+    return f"([{', '.join(read(t) for t in chain.operands)}], {chain.program!r}, {scalars_code(chain.scalars)})"
 
 
 def cost(view: GraphView, reads, writes, flops: int = 0) -> RegionCost:

@@ -7,7 +7,7 @@ so it claims only the chains nothing else fused.
 
 from __future__ import annotations
 
-from .chains import Chain, follow
+from .chains import Chain, follow, scalars_code
 from .lowering import lower
 from .templates import GraphView, Match, RegionCost, nbytes, register
 
@@ -33,7 +33,7 @@ def eager_bytes(view: GraphView, nodes) -> int:
 def chain_call(chain: Chain, read, shape: tuple, dtype: str) -> str:
     """The ``ew_chain`` call computing ``chain`` (operands named by ``read``)."""
     inputs = ", ".join(read(t) for t in chain.operands)
-    return f"ew_chain([{inputs}], {chain.program!r}, {chain.scalars_code()}, {tuple(shape)!r}, torch.{dtype})"
+    return f"ew_chain([{inputs}], {chain.program!r}, {scalars_code(chain.scalars)}, {tuple(shape)!r}, torch.{dtype})"
 
 
 class ElementwiseChain:
