@@ -79,7 +79,7 @@ def test_torch_timeline_matches_the_exported_trace(traced, workload):
         result = json.loads(rank_output(spec.out_dir, rank).read_text())
         assert result["kind"] == "operators" and result["recorded"] and result["iterations"] == 4
         names = {k["name"]: k for k in result["kernels"]}
-        assert names["aten::mm"]["calls"] == 4 * (6 if workload.startswith("overlapped") else 1)
+        assert names["aten::mm"]["calls"] == 4 * (16 if workload.startswith("overlapped") else 1)
         assert any(tl.is_communication(n) for n in names)
         expected = _from_trace(rank_output(spec.out_dir, rank, "trace.json"))
         for key, value in expected.items():
@@ -90,7 +90,9 @@ def test_exposed_share_tells_an_unoverlapped_collective_from_a_hidden_one(traced
     exposed = {}
     for workload, spec in traced.items():
         parts = [json.loads(rank_output(spec.out_dir, r).read_text())["breakdown"] for r in range(2)]
-        exposed[workload] = sum(p["exposed_communication_us"] / p["communication_us"] for p in parts) / 2
+        # pooled over the ranks: a rank that arrives late at the all-reduce finds it done at once, and
+        # its few microseconds of communication (exposed or not) must not weigh as much as the other's
+        exposed[workload] = sum(p["exposed_communication_us"] for p in parts) / sum(p["communication_us"] for p in parts)
     assert exposed["allgather_matmul.py"] > 0.9
     assert exposed["overlapped_allreduce.py"] < 0.6
 

@@ -10,7 +10,7 @@ FAMILY = "data_parallel"
 DESCRIPTION = "Asynchronous all-reduce of a gradient bucket overlapped with GEMMs."
 WORLD_SIZES = [1, 2, 4]
 SHAPES = {
-    "ci": dict(bucket=16384, size=384, chain=6, dtype=torch.float32),
+    "ci": dict(bucket=16384, size=384, chain=16, dtype=torch.float32),
     "gpu": dict(bucket=64 << 20, size=8192, chain=4, dtype=torch.bfloat16),
 }
 P = SHAPES[os.environ.get("KLOOM_SHAPES", "ci")]
