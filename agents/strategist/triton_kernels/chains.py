@@ -56,7 +56,7 @@ def _depends_on(view: GraphView, tid, values: set, memo: dict) -> bool:
     memo[tid] = False
     producer = view.producer.get(tid)
     if producer is not None:
-        memo[tid] = any(_depends_on(view, t, values, memo) for t in view.node(producer).tensor_args())
+        memo[tid] = any(_depends_on(view, t, values, memo) for t in view.reads(producer))
     return memo[tid]
 
 
@@ -86,12 +86,14 @@ def follow(
         producer = view.node(view.producer[start])
         loaded |= view.storages(producer.tensor_args())
         wrote = view.storages(producer.written())
+    # The last node that reads a value of the chain: none after it can join.
+    horizon = max(view.users(start), default=-1)
     for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:
-        if len(nodes) >= max_nodes or view.hazard(node, loaded, wrote) is not None:
+        if node.index > horizon or len(nodes) >= max_nodes or view.hazard(node, loaded, wrote) is not None:
             break
         if not view.free(node.index):
             continue
-        reads = node.tensor_args()
+        reads = view.reads(node.index)
         touched = [t for t in reads if t in values]
         if not touched:
             continue
@@ -108,6 +110,7 @@ def follow(
         loaded |= view.storages(t for t in reads if t not in values)
         values.add(out)
         values.update(new for _, new in node.writes)
+        horizon = max([horizon, *view.users(out), *(u for _, new in node.writes for u in view.users(new))])
         made = values if owned else values - {start}
         memo.clear()
     return _best_prefix(view, start, nodes, operands, owned)

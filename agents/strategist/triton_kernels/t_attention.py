@@ -14,6 +14,7 @@ CPU) when it has no mask, no dropout, is not causal, and only its output is read
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from kernels.elementwise.opcodes import EW_OPS, EW_SCALAR
 from kloom.opgraph import decode_float
@@ -36,16 +37,14 @@ class AttentionFp32x3:
     priority = 8
     offered_unmeasured = False  # the same work as PyTorch's kernel, done differently: measured first
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in ATTENTION_OPS:
                 continue
             match = self._region(view, node)
             if match is not None:
-                found.append(match)
+                yield match
                 view = view.with_claimed(match.nodes)
-        return found
 
     def _region(self, view: GraphView, node) -> Match | None:
         q, k, v = (float_tensor(view, node.arg(n)) for n in ("query", "key", "value"))

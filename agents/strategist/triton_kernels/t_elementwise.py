@@ -7,6 +7,8 @@ so it claims only the chains nothing else fused.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .chains import Chain, follow, scalars_code
 from .lowering import lower
 from .templates import GraphView, Match, RegionCost, nbytes, register
@@ -42,8 +44,7 @@ class ElementwiseChain:
     priority = 90
     offered_unmeasured = True
 
-    def match(self, view: GraphView) -> list[Match]:
-        matches: list[Match] = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op.endswith("_") or lower(node, lambda t: view.tensor(t).dtype) is None:
                 continue
@@ -55,9 +56,8 @@ class ElementwiseChain:
             chain = follow(view, start, operands=(start,), owned=False, first=node.index)
             if chain is None or node.index not in chain.nodes:
                 continue
-            matches.append(self._match(view, chain))
+            yield self._match(view, chain)
             view = view.with_claimed(chain.nodes)
-        return matches
 
     def _match(self, view: GraphView, chain: Chain) -> Match:
         shape, dtype = view.tensor(chain.output).shape, chain.dtype

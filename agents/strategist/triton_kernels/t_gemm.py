@@ -44,6 +44,7 @@ What the kernels save differs by kind, and so does whether they beat cuBLAS/cuDN
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from kernels.elementwise.opcodes import EW_OPERAND, EW_OPS
 from kloom.opgraph import decode_float, int_list
@@ -113,16 +114,14 @@ class _KindTemplate:
         self.priority = priority
         self.offered_unmeasured = offered_unmeasured
 
-    def match(self, view: GraphView) -> list[Match]:
-        matches = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in self.ops:
                 continue
             match = self._region(view, node)
             if match is not None and match.kind == self.kind:
-                matches.append(match)
+                yield match
                 view = view.with_claimed(match.nodes)
-        return matches
 
     def _region(self, view: GraphView, node) -> Match | None:
         raise NotImplementedError

@@ -10,6 +10,7 @@ its own; the kernel's taps are compile-time constants, each a coalesced load. Of
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from kloom.opgraph import VIEW_OPS, OpNode, int_list
 
@@ -103,15 +104,13 @@ class Pool:
     offered_unmeasured = False  # PyTorch's own kernels are near the floor for some shapes
     name, kind, priority, module = "pool", "pool", 28, "kernels.pool.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in POOL_OPS:
                 continue
             settings = _settings(view, node)
             if settings is not None:
-                found.append(self._match(view, node, settings, epilogue(view, settings["out"], node)))
-        return found
+                yield self._match(view, node, settings, epilogue(view, settings["out"], node))
 
     def _match(self, view: GraphView, node: OpNode, c: dict, post) -> Match:
         out = post.output if post else c["out"]

@@ -6,6 +6,7 @@ elementwise chain that makes its input (a prologue) and the one that follows it 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from kloom.opgraph import OpNode, decode_float
 
@@ -63,8 +64,7 @@ class Reduction:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "reduction", "reduction", 30, "kernels.reduce.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.overload.startswith("out"):
                 continue
@@ -77,8 +77,7 @@ class Reduction:
             pre = prologue(view, x, node.index, exact=arg_only or indexed)
             start = pre.start if pre else x
             post = None if (arg_only or indexed) else epilogue(view, node.outputs[0], node)
-            found.append(self._match(view, node, op, dims, keepdim, indexed, start, pre, post))
-        return found
+            yield self._match(view, node, op, dims, keepdim, indexed, start, pre, post)
 
     def _match(self, view, node, op, dims, keepdim, indexed, start, pre: Chain | None, post: Chain | None) -> Match:
         values = node.outputs[0]
@@ -120,8 +119,7 @@ class Scan:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "scan", "scan", 30, "kernels.scan.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in ("aten::cumsum", "aten::cumprod") or node.overload.startswith("out"):
                 continue
@@ -151,7 +149,7 @@ class Scan:
                 call = f"scan({names.read(start)}, {dim}, {op!r}, {reverse}, pre={chain_code(pre, names.read)}, post={chain_code(post, names.read)}, dtype=torch.{dtype})"
                 return [f"{names.define(final)} = {call}"]
 
-            found.append(
+            yield (
                 Match(
                     template=self.name,
                     kind=self.kind,
@@ -168,7 +166,6 @@ class Scan:
                     params={"op": op, "reverse": reverse},
                 )
             )
-        return found
 
     @staticmethod
     def _flips(view: GraphView, x: int, out: int, node: OpNode, dim: int) -> tuple[OpNode, OpNode] | None:

@@ -4,6 +4,8 @@ cross-entropy. Each takes the elementwise chain that follows its result as its e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from kloom.opgraph import OpNode, decode_float
 
 from .chains import Chain
@@ -53,8 +55,7 @@ class Softmax:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "softmax", "softmax", 20, "kernels.softmax.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or node.op not in ("aten::_softmax", "aten::_log_softmax"):
                 continue
@@ -69,16 +70,14 @@ class Softmax:
             call = f"softmax({{t{src}}}, {dim}, log={log}, post={{post}}, dtype={{dtype}}, pre={{pre}})"
             what = "log-softmax" if log else "softmax"
             rationale = f"{what} over dim {dim} of {_shape(view, x)}: one read per row that fits, online max and sum otherwise"
-            found.append(_finish(view, node, self, call, [src], rationale, {"op": what}, pre=pre))
-        return found
+            yield _finish(view, node, self, call, [src], rationale, {"op": what}, pre=pre)
 
 
 class LayerNorm:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "layer_norm", "layer_norm", 20, "kernels.layernorm.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             if not view.free(node.index) or not unused(view, node):
                 continue
@@ -104,8 +103,7 @@ class LayerNorm:
             if x is None or w is False or b is False:
                 continue
             reads = [t for t in (x, w, b) if t is not None]
-            found.append(_finish(view, node, self, call, reads, f"{what} of {_shape(view, x)}: statistics and affine in one pass over each row", {"op": what}))
-        return found
+            yield _finish(view, node, self, call, reads, f"{what} of {_shape(view, x)}: statistics and affine in one pass over each row", {"op": what})
 
 
 #: BatchNorm operators: (momentum argument, eps argument, training: an argument name or a constant).
@@ -123,8 +121,7 @@ class BatchNorm:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "batch_norm", "batch_norm", 20, "kernels.batchnorm.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for node in view.graph.nodes:
             spec = _BATCH_NORMS.get(node.op.split("::")[-1])
             if spec is None or not view.free(node.index) or not unused(view, node):
@@ -145,18 +142,16 @@ class BatchNorm:
             )
             reads = [t for t in (x, w, b, rm, rv) if t is not None]
             mode = "batch statistics (split Welford), running statistics updated" if training else "running statistics"
-            found.append(
+            yield (
                 _finish(view, node, self, call, reads, f"BatchNorm of {_shape(view, x)} with {mode}, normalised in one pass", {"training": training}, node.writes)
             )
-        return found
 
 
 class CrossEntropy:
     offered_unmeasured = True  # does the work eager does, in fewer passes
     name, kind, priority, module = "cross_entropy", "cross_entropy", 15, "kernels.cross_entropy.kernel"
 
-    def match(self, view: GraphView) -> list[Match]:
-        found = []
+    def match(self, view: GraphView) -> Iterator[Match]:
         for nll in view.graph.nodes:
             if nll.op != "aten::nll_loss_forward" or not view.free(nll.index) or nll.arg("weight") is not None or not unused(view, nll):
                 continue
@@ -178,7 +173,7 @@ class CrossEntropy:
             def emit(names, x=x, target=target, out=out, reduction=reduction, ignore=ignore) -> list[str]:
                 return [f"{names.define(out)} = cross_entropy({names.read(x)}, {names.read(target)}, {reduction!r}, {ignore})"]
 
-            found.append(
+            yield (
                 Match(
                     template=self.name,
                     kind=self.kind,
@@ -191,7 +186,6 @@ class CrossEntropy:
                     params={"reduction": reduction},
                 )
             )
-        return found
 
 
 def _name(tid) -> str:

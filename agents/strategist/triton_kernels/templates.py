@@ -17,8 +17,8 @@ To add a template (the GEMM and convolution templates plug in this way)::
         kind = "gemm"               # the key of the measured wins (kernels/wins.json)
         priority = 10               # lower runs first (claims its nodes before later templates)
 
-        def match(self, view: GraphView) -> list[Match]:
-            ...  # find mm/addmm nodes not in view.claimed, extend with view.epilogue(...)
+        def match(self, view: GraphView) -> Iterator[Match]:
+            ...  # yield mm/addmm nodes not in view.claimed, extended with their epilogue
 
     register(GemmEpilogue())
 
@@ -36,6 +36,7 @@ plan side, and checked again by the kernel's launcher at run time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -95,10 +96,11 @@ class Template(Protocol):
     #: False for kernels that only pay where they beat the vendor libraries on that hardware.
     offered_unmeasured: bool
 
-    def match(self, view: "GraphView") -> list[Match]:
+    def match(self, view: "GraphView") -> Iterator[Match]:
         """The regions of ``view.graph`` (outside ``view.claimed``) this template computes, best
         first. They may overlap: the planner takes the first that passes ``check_match``, claims
-        its nodes and asks again."""
+        its nodes and asks again. A generator: the planner asks for one region a round, and a
+        network with hundreds of batch norms would otherwise build all of them every round."""
 
 
 class GraphView:
@@ -113,6 +115,14 @@ class GraphView:
         self.producer = graph.producer()
         self.consumers = graph.consumers()
         self.returned = graph.output_ids()
+        # Built once per graph and shared by every view ``with_claimed`` derives: the planner asks
+        # for them per node of per chain of per round (quadratic in a deep network otherwise).
+        self._by_storage: dict[int, list[int]] = {}
+        for t in graph.tensors.values():
+            self._by_storage.setdefault(t.storage, []).append(t.id)
+        self._family = _version_families(graph)
+        self._reads = [tuple(n.tensor_args()) for n in graph.nodes]
+        self._written = [tuple(n.written()) for n in graph.nodes]
 
     def node(self, index: int) -> OpNode:
         return self.graph.nodes[index]
@@ -149,25 +159,16 @@ class GraphView:
 
     def _sharing(self, tid: int) -> list[int]:
         """The tensors that share ``tid``'s memory, other than ``tid`` and its versions written in place."""
-        storage = self.tensor(tid).storage
-        others = [t.id for t in self.graph.tensors.values() if t.storage == storage and t.id != tid]
-        if not others:
-            return []
-        family = self._versions(tid)
-        return [t for t in others if t not in family]
+        family = self._family.get(tid, (tid,))
+        return [t for t in self._by_storage.get(self.tensor(tid).storage, ()) if t not in family]
 
-    def _versions(self, tid: int) -> set[int]:
-        """``tid`` and every version of the same tensor written in place."""
-        family = {tid}
-        changed = True
-        while changed:
-            changed = False
-            for n in self.graph.nodes:
-                for old, new in n.writes:
-                    if (old in family) != (new in family):
-                        family |= {old, new}
-                        changed = True
-        return family
+    def reads(self, index: int) -> tuple[int, ...]:
+        """Ids of every tensor node ``index`` reads (``OpNode.tensor_args``), in argument order."""
+        return self._reads[index]
+
+    def written(self, index: int) -> tuple[int, ...]:
+        """Ids of the tensors node ``index`` writes in place (``OpNode.written``)."""
+        return self._written[index]
 
     def storages(self, tids) -> set[int]:
         """The memory (storage ids) the tensors ``tids`` live in."""
@@ -179,11 +180,11 @@ class GraphView:
         ``wrote`` (a moved read would see the new values, a moved write would be overwritten),
         ``("reads", storage, tensor)`` when it reads memory of ``wrote`` (it would miss the
         write); None when neither."""
-        for t in node.written():
+        for t in self._written[node.index]:
             storage = self.tensor(t).storage
             if storage in read or storage in wrote:
                 return ("writes", storage, t)
-        for t in node.tensor_args():
+        for t in self._reads[node.index]:
             storage = self.tensor(t).storage
             if storage in wrote:
                 return ("reads", storage, t)
@@ -194,6 +195,34 @@ class GraphView:
         view.__dict__.update(self.__dict__)
         view.claimed = self.claimed | nodes
         return view
+
+
+def _version_families(graph: OpGraph) -> dict[int, frozenset[int]]:
+    """For each tensor written in place, the set of it and its versions (before and after every
+    in-place write of the same tensor); tensors never written in place are absent."""
+    parent: dict[int, int] = {}
+
+    def root(t: int) -> int:
+        while parent.get(t, t) != t:
+            parent[t] = parent.get(parent[t], parent[t])
+            t = parent[t]
+        return t
+
+    for node in graph.nodes:
+        for old, new in node.writes:
+            parent.setdefault(old, old)
+            parent.setdefault(new, new)
+            a, b = root(old), root(new)
+            if a != b:
+                parent[b] = a
+    groups: dict[int, set[int]] = {}
+    for t in list(parent):
+        groups.setdefault(root(t), set()).add(t)
+    families = {}
+    for members in groups.values():
+        family = frozenset(members)
+        families.update(dict.fromkeys(family, family))
+    return families
 
 
 class MatchError(ValueError):
