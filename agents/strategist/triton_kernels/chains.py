@@ -72,6 +72,7 @@ def follow(
     shape = view.tensor(start).shape
     values = {start}
     nodes: list[int] = []
+    side: set[int] = set()  # nodes of side branches (``_side_branches``), before their reader in ``nodes``
     memo: dict = {}
     # A start read from memory may feed the operands too (``x / norm(x)``); one the kernel makes may not.
     made = values if owned else set()
@@ -106,23 +107,73 @@ def follow(
             if owned or any(t != start for t in touched):
                 break  # the chain cannot go past a node that needs its values but cannot join it
             continue
-        nodes.append(node.index)
+        # A value read only here, made by elementwise nodes from tensors the kernel can load, is
+        # computed in the kernel too (``tanh(a) * sigmoid(b)``: the sigmoid's write and read go).
+        taken = _side_branches(view, node, values, shape, made, memo, max_nodes - len(nodes) - 1)
+        nodes += taken + [node.index]
+        side.update(taken)
+        loaded |= view.storages(t for i in taken for t in view.reads(i))
         loaded |= view.storages(t for t in reads if t not in values)
         values.add(out)
         values.update(new for _, new in node.writes)
         horizon = max([horizon, *view.users(out), *(u for _, new in node.writes for u in view.users(new))])
         made = values if owned else values - {start}
         memo.clear()
-    return _best_prefix(view, start, nodes, operands, owned)
+    return _best_prefix(view, start, nodes, operands, owned, side)
 
 
-def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned: bool) -> Chain | None:
+#: Nodes a side branch may hold (its loads count against the program's four operands anyway).
+SIDE_MAX_NODES = 8
+
+
+def _side_branches(view: GraphView, node, values: set, shape: tuple, made: set, memo: dict, budget: int) -> list[int]:
+    """The nodes, in graph order, of the side branches of chain node ``node``: for each tensor it
+    reads from outside the chain, the free elementwise nodes that make it (and what they read,
+    recursively) when ``node`` is that value's only reader, nothing it reads depends on the chain,
+    it broadcasts to the chain's ``shape``, and nothing between writes what they read: the kernel
+    computes them from loaded operands where ``node`` runs. Empty when there are none."""
+    taken: list[int] = []
+    for tid in view.reads(node.index):
+        if tid not in values:
+            branch = _side_branch(view, tid, node.index, node.index, shape, made, memo, min(budget, SIDE_MAX_NODES) - len(taken))
+            taken += [i for i in branch or () if i not in taken]
+    return sorted(taken)
+
+
+def _side_branch(view: GraphView, tid: int, reader: int, at: int, shape: tuple, made: set, memo: dict, budget: int) -> list[int] | None:
+    """The nodes that make ``tid`` for ``reader`` alone (``_side_branches``), computed where the
+    chain node ``at`` runs, or None."""
+    producer = view.producer.get(tid)
+    if producer is None or budget < 1 or not view.free(producer) or tid in view.returned or view.users(tid) != [reader]:
+        return None
+    node = view.node(producer)
+    if node.writes or len(node.outputs) != 1 or lower(node, lambda t: view.tensor(t).dtype) is None:
+        return None
+    if _broadcast(view.tensor(tid).shape, shape) != tuple(shape) or view.aliased(tid):
+        return None
+    reads = view.reads(producer)
+    if any(_depends_on(view, t, made, memo) for t in reads):
+        return None
+    # Moved to the chain node: no node between may write what it reads.
+    storages = view.storages(reads)
+    if any(view.hazard(view.node(i), storages, set()) is not None for i in range(producer + 1, at)):
+        return None
+    nodes = [producer]
+    for t in dict.fromkeys(reads):
+        deeper = _side_branch(view, t, producer, at, shape, made, memo, budget - len(nodes))
+        nodes += deeper or []
+    return nodes
+
+
+def _best_prefix(view: GraphView, start: int, nodes: list[int], operands, owned: bool, side: set[int] = frozenset()) -> Chain | None:
     """The longest prefix of ``nodes`` whose values, but its last, are read only inside it and
-    whose program fits the registers and operands."""
+    whose program fits the registers and operands (a prefix never ends in a side branch: its
+    value is not the chain's)."""
     while nodes:
-        chain = compile_nodes(view, start, nodes, operands, owned)
-        if chain is not None:
-            return chain
+        if nodes[-1] not in side:
+            chain = compile_nodes(view, start, nodes, operands, owned)
+            if chain is not None:
+                return chain
         nodes = nodes[:-1]
     return None
 

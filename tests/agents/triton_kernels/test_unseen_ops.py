@@ -234,3 +234,19 @@ def test_attentions_scale_and_mask_are_the_softmaxs_prologue(interpret):
     assert "softmax:_to_copy,mul,masked_fill,_softmax" in outcome.regions, outcome.line()
     assert "elementwise:tanh,masked_fill_" in outcome.regions and "elementwise:mul,abs,lt,masked_fill" in outcome.regions, outcome.line()
     assert outcome.left.count("masked_fill") == 2, outcome.line()
+
+
+def test_elementwise_branches_that_meet_are_one_kernel(interpret):
+    """``tanh(a) * sigmoid(b)`` (WaveNet's and the LSTM cell's gates): the sigmoid, read only by
+    the product, is computed in the chain's kernel from ``b`` loaded as an operand (it was a kernel
+    of its own, one more write and read of the activations), a side branch of two ops too, and a
+    per-channel one. A side value read twice, returned, or made before its input is written in
+    place stays a kernel of its own, loaded by the chain."""
+    for outcome in _assert_correct("n_side_branches"):
+        assert "elementwise:tanh,sigmoid,mul,exp,mul,add,sigmoid,add,sigmoid,mul" in outcome.regions, outcome.line()
+        assert "elementwise:tanh,mul,add,relu,mul" in outcome.regions, outcome.line()  # tanh(e) read twice: the chain's own start
+        assert "elementwise:sigmoid" in outcome.regions, outcome.line()  # sigmoid(c) before c.mul_
+        assert "elementwise:mul,sigmoid" in outcome.regions and "elementwise:abs,add" in outcome.regions, outcome.line()  # r returned
+    for outcome in _assert_correct("n_lstm_cell_by_hand"):
+        assert "elementwise:sigmoid,sigmoid,tanh,mul,mul,add" in outcome.regions, outcome.line()
+        assert not any(r.endswith((":tanh", ":sigmoid")) for r in outcome.regions), outcome.line()
