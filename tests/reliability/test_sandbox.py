@@ -294,6 +294,17 @@ def test_rank_environment_keeps_no_credentials(secrets_in_environment, tmp_path)
     assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
 
 
+def test_ranks_keep_triton_autotuning_timings_in_the_compiler_cache(tmp_path):
+    """The autotuner's timings are cached beside the compiled kernels (the knob the installed
+    Triton reads), so a candidate does not time again what an earlier one timed."""
+    env = sandbox.rank_environment(str(tmp_path), {}, cache_dir=str(tmp_path / "cache"))
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")
+    env.pop("TRITON_INTERPRET", None)  # the interpreter never caches (nothing is timed)
+    code = "from triton import knobs; print(knobs.autotuning.cache, knobs.cache.dir)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", env["TRITON_CACHE_DIR"]], out.stderr
+
+
 def _refused(found: dict, *probes: str) -> None:
     for probe in probes:
         for attempt in found[probe] if isinstance(found[probe], list) else [found[probe]]:

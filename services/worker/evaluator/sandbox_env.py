@@ -22,6 +22,10 @@ _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "
 _FORCED = {
     **NO_MULTICAST,
     "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    # Triton's autotuner keeps its timings in the compiler cache (which outlives a pool): each
+    # candidate embeds kloom's kernels anew, and every one (the plain replay, the compiled one,
+    # the graph, a later job on the same shapes) timed every configuration of every kernel again.
+    "TRITON_CACHE_AUTOTUNING": "1",
     "GLOO_SOCKET_IFNAME": "lo",
     "NCCL_SOCKET_IFNAME": "lo",
     "PYTHONUNBUFFERED": "1",
