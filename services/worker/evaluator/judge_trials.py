@@ -6,10 +6,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 from kloom.speedup import paired_interval
 
 from . import precision
+from .calibration import Calibration, OwnError
 from .compare import compare_rank, resolve_tolerance, tolerance_to_names
 from .interleaved import Timing, stats
 from .judge import JudgePools, Stop
@@ -19,6 +22,8 @@ from .shared import BlobRef, DeviceBlob
 
 #: Commands of a rank's table of peaks read from one reply (the candidate's is untrusted).
 MAX_COMMANDS = 32
+#: The flag of a record whose float32 tolerance the reference's own error widened.
+WIDENED_FLAG = "float32_tolerance_widened"
 
 
 class Trials:
@@ -37,6 +42,8 @@ class Trials:
         self.peaks_by_command: dict[str, int] = {}
         self.output_bytes = 0
         self.outputs: list = []  # (bytes, dtype name) of the reference's output leaves
+        self.calibration: Calibration | None = None  # the float64 runs of the reference, where asked
+        self.norm_scale = 1.0
 
     # The protocol ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -47,19 +54,28 @@ class Trials:
             with ev._phase(result, "reference"):
                 load = self.ref.request("load", ev._load_args(self.info, base), timeout=ev._prepare_timeout(), stall_s=s.stall_s)
                 ev._raise_errors(load, "prepare", "workload_error")
-                first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True, "send_below": s.send_inputs_below_bytes},
+                workload_tol = load.by_rank[0].get("tolerance") or {}
+                self.tolerance = resolve_tolerance(workload_tol, s.tolerance)
+                # A workload that sets its own float32 tolerance is judged by it alone (and one the
+                # settings set is not calibrated either).
+                own_fp32 = "float32" in {k.replace("torch.", "") for k in workload_tol}
+                self.base_tolerance = dict(self.tolerance)
+                if s.calibrate_tolerance and self.level == "fp32" and not own_fp32 and "float32" not in s.tolerance:
+                    self.calibration = Calibration(precision.FP32_NORM_RTOL, s.calibration_factor, s.calibration_max_scale, s.calibration_max_error)
+                first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True, "send_below": s.send_inputs_below_bytes,
+                                                       **self._calibrate_args()},
                                          timeout=ev._prepare_timeout(), stall_s=s.stall_s)
                 ev._raise_errors(first, "prepare", "workload_error")
             self._note(first, "reference")
             self.ref_call_s = max(replies_value(first, "call_s", 0.0))
             moved_gib = max(replies_value(first, "own_bytes", 0)) / (1 << 30)
             self.hang_s = max(s.hang_floor_s, s.hang_factor * self.ref_call_s) + s.hang_s_per_gib * moved_gib
-            workload_tol = load.by_rank[0].get("tolerance") or {}
-            self.tolerance = resolve_tolerance(workload_tol, s.tolerance)
-            # A workload that sets its own float32 tolerance, or computes from bf16/fp16/fp8
-            # inputs, is judged by that tolerance alone: its fp32 outputs are not fp32 arithmetic.
-            self.norm_check = "float32" not in {k.replace("torch.", "") for k in workload_tol} and not any(
-                replies_value(first, "low_precision_inputs", False))
+            # A workload that computes from bf16/fp16/fp8 inputs is judged by its tolerance alone
+            # too: its fp32 outputs are not fp32 arithmetic.
+            self.norm_check = not own_fp32 and not any(replies_value(first, "low_precision_inputs", False))
+            if not self.norm_check:
+                self.calibration = None
+            self._calibrated(first)
             cand_share = self._candidate_share(first)
             # The output leaves of the reference's first trial (bytes, dtype): which the
             # projection's GPU kernel will read, loaded for them before timing.
@@ -104,11 +120,21 @@ class Trials:
         _flag(result, self.s)
 
     def _reference_trial(self, seed: int) -> Replies:
-        replies = self.ref.request("run_trial", {"seed": seed, "send_below": self.s.send_inputs_below_bytes}, timeout=self.ev._limit(self.hang_s),
-                                   stall_s=self.s.stall_s)
+        args = self._calibrate_args()
+        # A float64 run of the reference takes its call again, or more (the first one said how long).
+        extra = 2 * self.calibration.own.seconds + 1.0 if args else 0.0
+        replies = self.ref.request("run_trial", {"seed": seed, "send_below": self.s.send_inputs_below_bytes, **args},
+                                   timeout=self.ev._limit(self.hang_s + extra), stall_s=self.s.stall_s)
         self.ev._raise_errors(replies, "prepare", "workload_error")
         self._note(replies, "reference")
+        self._calibrated(replies)
         return replies
+
+    def _calibrate_args(self) -> dict:
+        """The ``run_trial`` argument asking for a float64 run (``calibration.py``), while one is wanted."""
+        if self.calibration is None or not self.calibration.active or self.world != 1:
+            return {}
+        return {"calibrate": tolerance_to_names(self.base_tolerance)}
 
     def _trial(self, ref_trial: Replies, k: int, phase: str, first_call: bool) -> bool:
         """The candidate on the inputs the reference just ran; its outputs judged by the reference."""
@@ -134,7 +160,8 @@ class Trials:
         ev = self.ev
         compare_args = {r: {"outputs": rep["outputs"], "mutated": rep.get("mutated") or {}, "spec": rep["spec"]} for r, rep in got.items()}
         self._note_transport(got)
-        judged = self.ref.request("compare", {"tolerance": tolerance_to_names(self.tolerance), "level": self.level, "norm_check": self.norm_check},
+        judged = self.ref.request("compare", {"tolerance": tolerance_to_names(self.tolerance), "level": self.level, "norm_check": self.norm_check,
+                                              "norm_scale": self.norm_scale},
                                   per_rank=compare_args, timeout=ev._limit(self.hang_s))
         ev._raise_errors(judged, "compare", "workload_error")
         self._note(judged, "reference")
@@ -198,6 +225,27 @@ class Trials:
         sampler.begin_window()
         yield sampler
         sampler.sample()  # the GPUs as the last block left them
+
+    def _calibrated(self, trial: Replies) -> None:
+        """The float32 tolerance after a reference trial that was calibrated (``calibration.py``):
+        ``self.tolerance`` and ``self.norm_scale`` from the largest own error so far, the record's
+        ``environment["float32_tolerance"]``, and a flag where the tolerance is wider than set."""
+        cal = self.calibration
+        sent = trial.by_rank.get(0, {}).get("calibration") if self.world == 1 else None
+        if cal is None or sent is None:
+            if cal is not None and self.world != 1 and cal.trials == 0:
+                cal.add(OwnError(skipped="a workload of several ranks (a float64 run failing on one would leave the others in a collective)"))
+                self.result.environment["float32_tolerance"] = cal.record()
+            return
+        widened = cal.add(OwnError.from_dict(sent))
+        atol, rtol = self.base_tolerance[torch.float32]
+        self.tolerance[torch.float32] = (atol * widened.elementwise, rtol * widened.elementwise)
+        self.norm_scale = widened.norm
+        self.result.environment["float32_tolerance"] = cal.record()
+        self.result.flags[:] = [f for f in self.result.flags if not f.startswith(WIDENED_FLAG)]
+        if widened.elementwise > 1.0 or widened.norm > 1.0:
+            self.result.flags.append(f"{WIDENED_FLAG}: {max(widened.elementwise, widened.norm):.3g}x (the reference is up to "
+                                     f"{cal.own.norm:.1e} from its float64 run)")
 
     # Checks ------------------------------------------------------------------------------------
     def _check_candidate(self, replies: Replies, op: str, status: str = "runtime_error") -> None:

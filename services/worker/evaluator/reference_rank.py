@@ -8,6 +8,7 @@ them. No candidate code is ever imported here.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import time
@@ -17,7 +18,7 @@ import torch
 
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
-from . import precision
+from . import calibration, precision
 from .protocol import Unreadable, snapshot
 from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
@@ -127,14 +128,19 @@ class ReferenceRank(RankBase):
         plain = all(_plain(v) for v in init)
         return {"init_args": snapshot(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
 
-    def cmd_run_trial(self, seed: int, want_roofline: bool = False, send_below: int | None = None) -> dict:
+    def cmd_run_trial(self, seed: int, want_roofline: bool = False, send_below: int | None = None, calibrate: dict | None = None) -> dict:
         """Draw this trial's inputs, run the reference on them and keep its outputs until
         ``compare``; the inputs go back (as they were before the call) for the candidate where
         they are under ``send_below`` bytes (None: always), with their fingerprints. What
         timing left (its inputs, a block's kept outputs) goes first: a trial after timing needs
-        none of it, and the device is shared with the candidate's side."""
+        none of it, and the device is shared with the candidate's side. ``calibrate`` (the
+        judge's tolerance, by dtype name): also run a float64 copy of the model first and send
+        how far the reference's outputs are from it (``calibration.py``)."""
         self.kept, self.timed = None, None
         inputs = self._inputs(seed)
+        began = time.perf_counter()
+        wide, skipped, wide_peak = self._float64_run(inputs) if calibrate is not None else (None, "", 0)
+        wide_s = time.perf_counter() - began
         sent = _sendable(inputs) if send_below is None or tensor_bytes(inputs) < send_below else None
         before = T.fingerprints(inputs)
         roofline = None
@@ -158,7 +164,13 @@ class ReferenceRank(RankBase):
         del out, leaves
         self.account(held + tensor_bytes(outputs), "the reference with its inputs and outputs")
         floating = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        own = None
+        if calibrate is not None:
+            own = calibration.OwnError(skipped=skipped) if wide is None else calibration.own_error(outputs, wide, tolerance_from_names(calibrate))
+            own = dataclasses.replace(own, peak_bytes=wide_peak, seconds=wide_s).to_dict()
+            del wide
         return {
+            "calibration": own,
             "inputs": sent, "input_fingerprints": T.plain_fingerprints(before), "seed": seed, "mutated": mutated, "spec": spec,
             "call_s": call_s, "roofline": roofline,
             "output_bytes": tensor_bytes(outputs) + sum(T.nbytes(list(self.kept["mutated"].values()))),
@@ -167,7 +179,17 @@ class ReferenceRank(RankBase):
             "low_precision_inputs": any(d in _LOW_PRECISION or d.itemsize == 1 for d in floating),
         }
 
-    def cmd_compare(self, outputs: list, mutated: dict, spec: str, tolerance: dict, level: str, norm_check: bool) -> dict:
+    def _float64_run(self, inputs: list) -> tuple[list | None, str, int]:
+        """The float64 copy's outputs on ``inputs`` before the reference's own call (None and why
+        where it is not run)."""
+        if self.world_size != 1:
+            return None, "a workload of several ranks (a float64 run failing on one would leave the others in a collective)", 0
+        need = 3 * model_bytes(self.ref) + 2 * tensor_bytes(inputs)
+        if self.device.type != "cuda" and self.memory_limit and need > self.memory_limit:
+            return None, f"a float64 copy needs about {need} bytes, past this rank's share of the memory limit", 0
+        return calibration.float64_run(self.ref, inputs, self.device)
+
+    def cmd_compare(self, outputs: list, mutated: dict, spec: str, tolerance: dict, level: str, norm_check: bool, norm_scale: float = 1.0) -> dict:
         """The candidate's outputs (one copy, moved to this device) against the kept ones."""
         kept, self.kept = self.kept, None
         if kept is None:
@@ -191,7 +213,7 @@ class ReferenceRank(RankBase):
             if not problems and norm_check:
                 for i, (g, w) in enumerate(zip(got, kept["outputs"])):
                     if isinstance(w, torch.Tensor) and isinstance(g, torch.Tensor):
-                        found = precision.norm_problem(g, w, level, f"output {i}", atol=table.get(w.dtype, (0.0, 0.0))[0])
+                        found = precision.norm_problem(g, w, level, f"output {i}", atol=table.get(w.dtype, (0.0, 0.0))[0], widen=norm_scale)
                         if found:
                             problems.append(found)
             del got, got_mutated

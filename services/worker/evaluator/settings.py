@@ -137,6 +137,15 @@ class EvalSettings:
     seed: int | None = None
     #: Tolerance overrides by dtype name, e.g. {"bfloat16": (atol, rtol)}.
     tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: On one rank, the first trial also runs a float64 copy of the reference, and the float32
+    #: tolerance is widened to ``calibration_factor`` times what the reference's own error uses
+    #: of it (elementwise and norm-wise), at most ``calibration_max_scale`` times, and not where
+    #: the copy is further than ``calibration_max_error`` norm-wise (``calibration.py``: deep
+    #: networks amplify rounding beyond 1e-4; TF32 still lands thousands of times further).
+    calibrate_tolerance: bool = True
+    calibration_factor: float = 4.0
+    calibration_max_scale: float = 40.0
+    calibration_max_error: float = 1e-3
     #: Name of the hardware profile for the roofline ("auto": detected in the ranks).
     hardware_profile: str = "auto"
     # Limits applied to each rank process (see sandbox.py). 0 disables a limit.
