@@ -21,27 +21,30 @@ ADVERSARIAL, CANDIDATES, WORKLOADS = HERE / "adversarial", HERE / "candidates", 
 DEEP = WORKLOADS / "deep_bn_mlp.py"
 
 
-def _evaluate(candidate: Path, **settings):
+def _evaluate(candidate: Path, device: str = "cpu", **settings):
     # A fixed seed: the network's conditioning differs between input draws.
-    base = EvalSettings.for_device("cpu", shapes="ci", call_timeout_s=8.0, load_timeout_s=20.0, timing_budget_s=0.2, min_iters=5)
-    with Evaluator("cpu", dataclasses.replace(base, seed=3, **settings)) as ev:
+    base = EvalSettings.for_device(device, shapes="ci", call_timeout_s=8.0 if device == "cpu" else 25.0, load_timeout_s=20.0 if device == "cpu" else 90.0,
+                                   timing_budget_s=0.2, min_iters=5)
+    with Evaluator(device, dataclasses.replace(base, seed=3, **settings), **({"devices": [0]} if device == "cuda" else {})) as ev:
         return ev.evaluate(DEEP, candidate, world_size=1)
 
 
-def test_a_deep_networks_honest_candidate_is_judged_by_the_references_own_float32_error():
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")])])
+def test_a_deep_networks_honest_candidate_is_judged_by_the_references_own_float32_error(device):
     """The network computed in float64 (closer to the exact result than the reference) is
     ``incorrect`` at the fixed tolerance and ``correct`` once calibrated; TF32-rounded products
     stay ``incorrect`` under the widened tolerance."""
     honest = CANDIDATES / "float64_inside.py"
-    fixed = _evaluate(honest, calibrate_tolerance=False)
+    fixed = _evaluate(honest, device, calibrate_tolerance=False)
     assert fixed.status == "incorrect", fixed.summary()
     assert "float32_tolerance" not in fixed.environment
-    calibrated = _evaluate(honest)
+    calibrated = _evaluate(honest, device)
     assert calibrated.status == "correct", calibrated.summary()
     record = calibrated.environment["float32_tolerance"]
     assert record["trials"] >= 2 and record["elementwise"] > 1.0 and record["elementwise_scale"] > 1.0, record
     assert any(f.startswith("float32_tolerance_widened") for f in calibrated.flags), calibrated.flags
-    cheat = _evaluate(ADVERSARIAL / "rounds_to_tf32.py")
+    cheat = _evaluate(ADVERSARIAL / "rounds_to_tf32.py", device)
     assert cheat.status == "incorrect", cheat.summary()
     assert cheat.environment["float32_tolerance"]["elementwise_scale"] > 1.0
 
