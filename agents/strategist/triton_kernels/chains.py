@@ -110,6 +110,8 @@ def follow(
         # A value read only here, made by elementwise nodes from tensors the kernel can load, is
         # computed in the kernel too (``tanh(a) * sigmoid(b)``: the sigmoid's write and read go).
         taken = _side_branches(view, node, values, shape, made, memo, max_nodes - len(nodes) - 1)
+        if taken and len(_loads(view, nodes + taken + [node.index], values, operands)) > EW_MAX_OPERANDS:
+            taken = []  # its loads would not fit the program's operands: the value is loaded instead
         nodes += taken + [node.index]
         side.update(taken)
         loaded |= view.storages(t for i in taken for t in view.reads(i))
@@ -124,6 +126,13 @@ def follow(
 
 #: Nodes a side branch may hold (its loads count against the program's four operands anyway).
 SIDE_MAX_NODES = 8
+
+
+def _loads(view: GraphView, nodes: list[int], values: set, operands: tuple[int, ...]) -> set[int]:
+    """The tensors a program of ``nodes`` loads: ``operands`` and what the nodes read that neither
+    they nor the chain make (``values``)."""
+    made = set(values) | {t for i in nodes for t in view.node(i).outputs if t is not None}
+    return set(operands) | {t for i in nodes for t in view.reads(i) if t not in made}
 
 
 def _side_branches(view: GraphView, node, values: set, shape: tuple, made: set, memo: dict, budget: int) -> list[int]:

@@ -247,6 +247,8 @@ def test_elementwise_branches_that_meet_are_one_kernel(interpret):
         assert "elementwise:tanh,mul,add,relu,mul" in outcome.regions, outcome.line()  # tanh(e) read twice: the chain's own start
         assert "elementwise:sigmoid" in outcome.regions, outcome.line()  # sigmoid(c) before c.mul_
         assert "elementwise:mul,sigmoid" in outcome.regions and "elementwise:abs,add" in outcome.regions, outcome.line()  # r returned
+    (outcome,) = _assert_correct("n_side_branch_operands")  # five loads would not fit: loaded, the chain kept whole
+    assert outcome.regions == ["elementwise:relu,mul,add", "elementwise:mul,mul,add"], outcome.line()
     for outcome in _assert_correct("n_lstm_cell_by_hand"):
         assert "elementwise:sigmoid,sigmoid,tanh,mul,mul,add" in outcome.regions, outcome.line()
         assert not any(r.endswith((":tanh", ":sigmoid")) for r in outcome.regions), outcome.line()
