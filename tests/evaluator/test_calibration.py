@@ -118,3 +118,7 @@ def test_the_widening_is_the_largest_own_error_seen_times_the_factor_within_its_
     quiet = Calibration(norm_bound=5e-5, factor=4.0, max_scale=40.0, max_error=1e-3)
     assert quiet.add(OwnError(norm=1e-7, elementwise=0.01)).elementwise == 1.0
     assert not quiet.active  # far inside the tolerance: no more float64 runs
+    slow = Calibration(norm_bound=5e-5, factor=4.0, max_scale=40.0, max_error=1e-3, budget_s=10.0)
+    assert slow.add(OwnError(norm=2e-5, elementwise=0.5, seconds=4.0)).elementwise == pytest.approx(2.0) and slow.active
+    assert slow.add(OwnError(norm=2e-5, elementwise=0.8, seconds=7.0)).elementwise == pytest.approx(3.2)
+    assert not slow.active and slow.record()["total_seconds"] == pytest.approx(11.0)  # the budget spent: the widening stands

@@ -183,12 +183,16 @@ class Calibration:
     reference's call again, or more) while the reference's own error comes within ``headroom``
     of the float32 tolerance: a network's conditioning changes with its inputs (a deep MLP's own
     error varied sixfold between draws), and each trial is judged by the largest seen so far.
-    A reference whose first trial is far inside the tolerance is not run in float64 again."""
+    A reference whose first trial is far inside the tolerance is not run in float64 again, nor one
+    whose float64 runs took ``budget_s`` in all (cuDNN's float64 convolutions are far slower than
+    its float32 ones: each trial's run would lengthen every evaluation of a job)."""
 
-    def __init__(self, norm_bound: float, factor: float, max_scale: float, max_error: float, headroom: float = 3.0):
+    def __init__(self, norm_bound: float, factor: float, max_scale: float, max_error: float, headroom: float = 3.0, budget_s: float = 10.0):
         self.norm_bound, self.factor, self.max_scale, self.max_error, self.headroom = norm_bound, factor, max_scale, max_error, headroom
+        self.budget_s = budget_s  # float64 runs stop once they took this long in all (the first always runs)
         self.own = OwnError()
         self.trials = 0
+        self.seconds = 0.0
         self.active = True
 
     def add(self, own: OwnError) -> Widening:
@@ -196,6 +200,9 @@ class Calibration:
         whose float64 run failed or differs beyond rounding ends the calibration: no widening
         from then on (the trials before it stay judged as they were)."""
         self.trials += 1
+        self.seconds += own.seconds
+        if self.seconds >= self.budget_s:
+            self.active = False  # the widening found so far stands; a user waits for every float64 run
         if own.skipped or not math.isfinite(own.norm) or own.norm > self.max_error:
             self.active = False
             self.own = own
@@ -211,4 +218,5 @@ class Calibration:
 
     def record(self) -> dict[str, Any]:
         w = self.widening()
-        return {**self.own.to_dict(), "trials": self.trials, "elementwise_scale": w.elementwise, "norm_scale": w.norm, "note": w.note}
+        return {**self.own.to_dict(), "trials": self.trials, "total_seconds": self.seconds, "elementwise_scale": w.elementwise,
+                "norm_scale": w.norm, "note": w.note}

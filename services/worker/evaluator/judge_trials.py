@@ -61,7 +61,8 @@ class Trials:
                 own_fp32 = "float32" in {k.replace("torch.", "") for k in workload_tol}
                 self.base_tolerance = dict(self.tolerance)
                 if s.calibrate_tolerance and self.level == "fp32" and not own_fp32 and "float32" not in s.tolerance:
-                    self.calibration = Calibration(precision.FP32_NORM_RTOL, s.calibration_factor, s.calibration_max_scale, s.calibration_max_error)
+                    self.calibration = Calibration(precision.FP32_NORM_RTOL, s.calibration_factor, s.calibration_max_scale, s.calibration_max_error,
+                                                   budget_s=s.calibration_budget_s)
                 first = self.ref.request("run_trial", {"seed": seeds[0], "want_roofline": True, "send_below": s.send_inputs_below_bytes,
                                                        **self._calibrate_args()},
                                          timeout=ev._prepare_timeout(), stall_s=s.stall_s)

@@ -146,6 +146,8 @@ class EvalSettings:
     calibration_factor: float = 4.0
     calibration_max_scale: float = 40.0
     calibration_max_error: float = 1e-3
+    #: Seconds of float64 runs an evaluation spends at most (the first trial's always runs).
+    calibration_budget_s: float = 10.0
     #: Name of the hardware profile for the roofline ("auto": detected in the ranks).
     hardware_profile: str = "auto"
     # Limits applied to each rank process (see sandbox.py). 0 disables a limit.
