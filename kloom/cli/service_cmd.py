@@ -55,6 +55,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _stop_worker_on_signals(supervisor, timeout_s: float = 30.0) -> None:
+    """SIGTERM and SIGINT stop ``kloom up``'s worker before ``kloom up`` exits: uvicorn handles
+    them while it serves, then restores these handlers and raises the signal again, so they run
+    last (a ``finally`` does not: the re-raised signal ends the process). Stopping the worker
+    waits for it and kills it if it will not go: a Celery worker whose pool process died under
+    the same signal stayed in its warm shutdown, orphaned, after ``kloom up`` had exited."""
+
+    def stop(signum, frame) -> None:
+        supervisor.stop(timeout_s)
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+
+
 def _serve(app_or_factory, host: str, port: int, workers: int = 1) -> None:
     import uvicorn  # lazy: uvicorn (a service extra)
 
@@ -99,6 +114,7 @@ def register(app: typer.Typer) -> None:
             on_restart=lambda old, new: console.print(f"[yellow]the worker (pid {old}) died; started another (pid {new})[/]"),
         )
         pid = supervisor.start()
+        _stop_worker_on_signals(supervisor)
         console.print(f"kloom on http://{settings.api_host}:{settings.api_port}/ (data in {settings.data_dir}; worker pid {pid})")
         try:
             _serve(create_app(settings), settings.api_host, settings.api_port)
