@@ -85,8 +85,8 @@ def follow(
     loaded, wrote = (set() if owned and not view.aliased(start) else view.storages([start])), set()
     if owned and start in view.producer:
         producer = view.node(view.producer[start])
-        loaded |= view.storages(producer.tensor_args())
-        wrote = view.storages(producer.written())
+        loaded |= view.storages(view.reads(producer.index))
+        wrote = view.storages(view.written(producer.index))
     # The last node that reads a value of the chain: none after it can join.
     horizon = max(view.users(start), default=-1)
     for node in view.graph.nodes[max(view.producer.get(start, -1) + 1, first) :]:

@@ -274,9 +274,9 @@ def _check_no_write_between(view: GraphView, match: Match, last: int) -> None:
     for i in range(min(match.nodes), last):
         node = view.node(i)
         if i in match.nodes:
-            for storage in view.storages(node.tensor_args()):
+            for storage in view.storages(view.reads(i)):
                 read.setdefault(storage, i)
-            for storage in view.storages(node.written()):
+            for storage in view.storages(view.written(i)):
                 wrote.setdefault(storage, i)
             continue
         found = view.hazard(node, read, wrote)

@@ -33,6 +33,7 @@ import torch
 
 from . import tensors as T
 from .compare import chunks
+from .precision import norm_error
 
 
 @dataclass(frozen=True)
@@ -132,17 +133,13 @@ def own_error(outputs: list, wide: list, tolerance: dict[torch.dtype, tuple[floa
             return OwnError(skipped=f"output {i} is {str(o.dtype).replace('torch.', '')}, not float32")
         if not isinstance(w, torch.Tensor) or w.shape != o.shape or w.dtype != torch.float64:
             return OwnError(skipped=f"the float64 copy's output {i} is not a float64 tensor of the same shape")
-        scale_sq = err_sq = 0.0
-        for _, got, want in chunks(o.detach(), w.detach().to(o.device), torch.float64):
+        o, w = o.detach(), w.detach().to(o.device)
+        for _, got, want in chunks(o, w, torch.float64):
             diff = (got - want).abs()
             if not bool(torch.isfinite(diff).all()):
                 return OwnError(skipped=f"the float64 copy's output {i} is not finite where the reference's is")
             elementwise = max(elementwise, float((diff / (atol + rtol * want.abs())).max()) if diff.numel() else 0.0)
-            held = want.abs() > atol
-            scale_sq += float(torch.linalg.vector_norm(torch.where(held, want, 0))) ** 2
-            err_sq += float(torch.linalg.vector_norm(torch.where(held, diff, 0))) ** 2
-        if scale_sq > 0:
-            norm = max(norm, math.sqrt(err_sq / scale_sq))
+        norm = max(norm, norm_error(o, w, atol))
         measured += 1
     if not measured:
         return OwnError(skipped="no float32 output")

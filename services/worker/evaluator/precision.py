@@ -89,6 +89,19 @@ def flag_problems(reported: dict | None, level: str) -> list[str]:
     return problems
 
 
+def norm_error(got: torch.Tensor, want: torch.Tensor, atol: float = 0.0) -> float:
+    """``||got - want|| / ||want||`` over the elements ``want`` holds above ``atol``, in float64
+    (complex128 for complex), chunk by chunk: float64 copies of a GiB output would take 4 GiB
+    more. 0.0 where no element is above ``atol``."""
+    wide = torch.complex128 if want.is_complex() else torch.float64
+    scale_sq = err_sq = 0.0
+    for _, g, w in chunks(got, want, wide):
+        held = w.abs() > atol
+        scale_sq += float(torch.linalg.vector_norm(torch.where(held, w, 0))) ** 2
+        err_sq += float(torch.linalg.vector_norm(torch.where(held, g - w, 0))) ** 2
+    return math.sqrt(err_sq / scale_sq) if scale_sq > 0 else 0.0
+
+
 def norm_problem(got: torch.Tensor, want: torch.Tensor, level: str, label: str, atol: float = 0.0, widen: float = 1.0) -> str:
     """A float32/complex64 output whose norm-wise error exceeds the level's bound ("" when fine),
     over the elements the reference holds above ``atol`` (its dtype's absolute tolerance). Within
@@ -99,17 +112,7 @@ def norm_problem(got: torch.Tensor, want: torch.Tensor, level: str, label: str, 
     ``widen``: the level's bound times this (a deep network's own float32 error: ``calibration.py``)."""
     if want.dtype not in (torch.float32, torch.complex64) or want.numel() < 2:
         return ""
-    # Chunk by chunk: float64 copies of a GiB output would take 4 GiB more.
-    wide = torch.complex128 if want.is_complex() else torch.float64
-    scale_sq = err_sq = 0.0
-    for _, g, w in chunks(got, want, wide):
-        held = w.abs() > atol
-        scale_sq += float(torch.linalg.vector_norm(torch.where(held, w, 0))) ** 2
-        err_sq += float(torch.linalg.vector_norm(torch.where(held, g - w, 0))) ** 2
-    scale = math.sqrt(scale_sq)
-    if scale == 0.0:
-        return ""
-    err = math.sqrt(err_sq) / scale
+    err = norm_error(got, want, atol)
     bound = NORM_RTOL[level] * max(1.0, float(widen))
     if err <= bound:
         return ""
