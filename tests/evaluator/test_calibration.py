@@ -56,6 +56,16 @@ def test_a_workload_of_several_ranks_is_not_calibrated(evaluator):
     assert not any(f.startswith("float32_tolerance_widened") for f in result.flags)
 
 
+def test_inputs_past_the_bound_are_not_run_in_float64():
+    """The float64 copies of large inputs would double the reference's share of the device
+    (``calibration_max_input_bytes``): the tolerance stays as set, and the record says why."""
+    result = _evaluate(CANDIDATES / "float64_inside.py", calibration_max_input_bytes=512)
+    assert result.status == "incorrect", result.summary()
+    record = result.environment["float32_tolerance"]
+    assert "calibration_max_input_bytes" in record["note"] and record["elementwise_scale"] == 1.0, record
+    assert not any(f.startswith("float32_tolerance_widened") for f in result.flags)
+
+
 class _Stateful(nn.Module):
     """Batch norm statistics, dropout and a tensor cached in the input's dtype on first call."""
 

@@ -135,7 +135,7 @@ class Trials:
         """The ``run_trial`` argument asking for a float64 run (``calibration.py``), while one is wanted."""
         if self.calibration is None or not self.calibration.active or self.world != 1:
             return {}
-        return {"calibrate": tolerance_to_names(self.base_tolerance)}
+        return {"calibrate": tolerance_to_names(self.base_tolerance), "calibrate_max_input_bytes": self.s.calibration_max_input_bytes}
 
     def _trial(self, ref_trial: Replies, k: int, phase: str, first_call: bool) -> bool:
         """The candidate on the inputs the reference just ran; its outputs judged by the reference."""

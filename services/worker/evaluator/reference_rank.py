@@ -128,18 +128,20 @@ class ReferenceRank(RankBase):
         plain = all(_plain(v) for v in init)
         return {"init_args": snapshot(init) if plain else None, "tolerance": tolerance, "model_bytes": model_bytes(self.ref)}
 
-    def cmd_run_trial(self, seed: int, want_roofline: bool = False, send_below: int | None = None, calibrate: dict | None = None) -> dict:
+    def cmd_run_trial(self, seed: int, want_roofline: bool = False, send_below: int | None = None, calibrate: dict | None = None,
+                      calibrate_max_input_bytes: int = 0) -> dict:
         """Draw this trial's inputs, run the reference on them and keep its outputs until
         ``compare``; the inputs go back (as they were before the call) for the candidate where
         they are under ``send_below`` bytes (None: always), with their fingerprints. What
         timing left (its inputs, a block's kept outputs) goes first: a trial after timing needs
         none of it, and the device is shared with the candidate's side. ``calibrate`` (the
         judge's tolerance, by dtype name): also run a float64 copy of the model first and send
-        how far the reference's outputs are from it (``calibration.py``)."""
+        how far the reference's outputs are from it (``calibration.py``), unless its inputs take
+        more than ``calibrate_max_input_bytes`` (0: no bound)."""
         self.kept, self.timed = None, None
         inputs = self._inputs(seed)
         began = time.perf_counter()
-        wide, skipped, wide_peak = self._float64_run(inputs) if calibrate is not None else (None, "", 0)
+        wide, skipped, wide_peak = self._float64_run(inputs, calibrate_max_input_bytes) if calibrate is not None else (None, "", 0)
         wide_s = time.perf_counter() - began
         sent = _sendable(inputs) if send_below is None or tensor_bytes(inputs) < send_below else None
         before = T.fingerprints(inputs)
@@ -179,14 +181,23 @@ class ReferenceRank(RankBase):
             "low_precision_inputs": any(d in _LOW_PRECISION or d.itemsize == 1 for d in floating),
         }
 
-    def _float64_run(self, inputs: list) -> tuple[list | None, str, int]:
+    def _float64_run(self, inputs: list, max_input_bytes: int) -> tuple[list | None, str, int]:
         """The float64 copy's outputs on ``inputs`` before the reference's own call (None and why
-        where it is not run)."""
+        where it is not run: several ranks, inputs past ``max_input_bytes``, a copy that would
+        not fit beside the reference)."""
         if self.world_size != 1:
             return None, "a workload of several ranks (a float64 run failing on one would leave the others in a collective)", 0
-        need = 3 * model_bytes(self.ref) + 2 * tensor_bytes(inputs)
-        if self.device.type != "cuda" and self.memory_limit and need > self.memory_limit:
-            return None, f"a float64 copy needs about {need} bytes, past this rank's share of the memory limit", 0
+        given = tensor_bytes(inputs)
+        if max_input_bytes and given > max_input_bytes:
+            return None, (f"the inputs take {given / (1 << 20):.0f} MiB, past calibration_max_input_bytes ({max_input_bytes / (1 << 20):.0f} MiB): "
+                          "their float64 copies would double the reference's share of the device"), 0
+        need = 2 * model_bytes(self.ref) + 2 * given
+        if self.device.type == "cuda":
+            free = torch.cuda.mem_get_info(self.device)[0]
+            if need > free // 2:
+                return None, f"a float64 copy of the model and inputs needs about {need / (1 << 20):.0f} MiB, more than half the device's free {free / (1 << 20):.0f} MiB", 0
+        elif self.memory_limit and need + model_bytes(self.ref) > self.memory_limit:
+            return None, f"a float64 copy needs about {need + model_bytes(self.ref)} bytes, past this rank's share of the memory limit", 0
         return calibration.float64_run(self.ref, inputs, self.device)
 
     def cmd_compare(self, outputs: list, mutated: dict, spec: str, tolerance: dict, level: str, norm_check: bool, norm_scale: float = 1.0) -> dict:

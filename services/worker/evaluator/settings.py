@@ -148,6 +148,12 @@ class EvalSettings:
     calibration_max_error: float = 1e-3
     #: Seconds of float64 runs an evaluation spends at most (the first trial's always runs).
     calibration_budget_s: float = 10.0
+    #: A trial whose inputs take more bytes than this is not run in float64 (0: no bound): the
+    #: float64 copies of the inputs and of everything the copy computes sit beside the
+    #: reference's own tensors, doubling its share of the device, and a workload of large tensors
+    #: is a short chain over them, not the deep network the calibration is for. Nor is a copy
+    #: (model and inputs in float64) that would take more than half the device's free memory.
+    calibration_max_input_bytes: int = 128 << 20
     #: Name of the hardware profile for the roofline ("auto": detected in the ranks).
     hardware_profile: str = "auto"
     # Limits applied to each rank process (see sandbox.py). 0 disables a limit.
