@@ -172,7 +172,7 @@ def _max_autotune(a: Analysis) -> list[Option]:
 
 
 def _triton_kernels(a: Analysis) -> list[Option]:
-    return [Option(KERNELS, o.params, o.score, o.rationale) for o in kernel_offers(a)]
+    return [Option(KERNELS, o.params, o.score, o.rationale, setup_s=o.setup_s) for o in kernel_offers(a)]
 
 
 STRATEGIES: list[Strategy] = [

@@ -125,6 +125,32 @@ def behind_lost_kernels(options: list[Option], ctx: PlanningContext) -> tuple[li
     return sorted(options, key=repeats), moved, why  # stable: the ranking holds within each part
 
 
+#: An option whose first call is expected to compile longer than this share of the job's remaining
+#: wall time, or than ``SLOW_SETUP_S`` without a wall limit (half the evaluator's first-call limit
+#: on a GPU, ``EvalSettings.load_timeout_s``), is tried after the others: it may spend the job
+#: compiling, and run out of its deadline before it computes anything.
+SETUP_SHARE = 0.5
+SLOW_SETUP_S = 300.0
+
+
+def behind_slow_setup(options: list[Option], remaining_s: float | None) -> tuple[list[Option], set[str], str]:
+    """``options`` with those whose estimated first-call compilation (``Option.setup_s``) is too
+    long for the job moved after the others, the keys of those moved, and why."""
+    limit = SLOW_SETUP_S if remaining_s is None else min(SLOW_SETUP_S, SETUP_SHARE * remaining_s)
+
+    def slow(option: Option) -> bool:
+        return option.setup_s > limit
+
+    moved = {o.key for o in options if slow(o)}
+    if not moved or all(slow(o) for o in options):
+        return options, set(), ""
+    worst = min(o.setup_s for o in options if slow(o))
+    left = f"{SETUP_SHARE:.0%} of the job's remaining {remaining_s:.0f} s" if remaining_s is not None and limit < SLOW_SETUP_S else f"{SLOW_SETUP_S:.0f} s"
+    why = (f"kloom's kernel candidate would compile for ~{worst:.0f} s before computing anything, more than {left}: "
+           "options that start sooner first; ")
+    return sorted(options, key=slow), moved, why  # stable: the ranking holds within each part
+
+
 #: A reference at this share of its roofline floor (or nearer) leaves nothing worth a search.
 AT_FLOOR = 0.9
 
@@ -172,6 +198,7 @@ class OfflinePlanner:
         has_correct = ctx.best is not None
         ranked = self._ranked(ctx, analysis, tried)
         options, moved, why_moved = behind_lost_kernels(ranked, ctx)
+        options, slow, why_slow = behind_slow_setup(options, ctx.budget.remaining_s())
         anchor = next((o for o in options if o.strategy == REFERENCE_COPY), None)
         if anchor and not has_correct and (remaining <= 1 or len(options) == 1):
             return self._plan(anchor, analysis, "no candidate is correct yet and this is the last step: "), Usage()
@@ -188,8 +215,8 @@ class OfflinePlanner:
                 settled.append(option.strategy)
                 continue
             # Said where an option moved behind took its place.
-            overtook = any(o.key in moved for o in ranked[:ranked.index(option)])
-            prefix = why_moved if overtook and option.key not in moved else ""
+            ahead = {o.key for o in ranked[:ranked.index(option)]}
+            prefix = "".join(why for keys, why in ((moved, why_moved), (slow, why_slow)) if ahead & keys and option.key not in keys)
             return self._plan(option, analysis, prefix + self._kb_note(option, ctx)), Usage()
         self.done_reason = (
             f"the knowledge base measured the remaining option(s) ({', '.join(settled)}) on this very workload below "

@@ -19,6 +19,9 @@ class Option:
     score: float
     rationale: str
     base: str | None = None  # a strategy this refines (tried after it wins)
+    #: Seconds its candidate's first call is expected to spend compiling before it computes
+    #: (kloom's kernels: ``triton_kernels/compile_cost.py``); 0 where not estimated.
+    setup_s: float = 0.0
 
     @property
     def key(self) -> str:

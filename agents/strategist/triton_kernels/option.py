@@ -17,6 +17,7 @@ from kloom.opgraph import VIEW_OPS
 from ..codegen import NotApplicable
 from ..dominance import LAUNCH_MS, graph_copies_ms, graph_costs_more, launch_bound
 from ..embed import EmbedError
+from .compile_cost import compile_cost
 from .emit import NotReplayable, replay_problem
 from .plan import KernelPlan, find_matches, kernel_candidate, measured_kinds
 from .templates import TEMPLATES
@@ -43,6 +44,8 @@ REGION_CALL_MS = 0.2
 #: Where the predicted speedup is below 1 (the host time outlasts the reference), the offer goes
 #: behind the compiled and graph-captured options, which launch from C++ or a graph.
 BEHIND = 0.1
+#: A first call's compilation said in the rationale from this many seconds on.
+NOTED_SETUP_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class KernelOffer:
     params: dict
     score: float
     rationale: str
+    setup_s: float = 0.0  # the first call's compilation, estimated (``compile_cost.py``)
 
 
 def gpu_only_kinds() -> set[str]:
@@ -72,6 +76,15 @@ def _rationale(plan: KernelPlan, a: Analysis) -> str:
         f"the roofline puts the time they save (memory traffic, and products on faster units) at ~{100 * share:.0f}% of "
         f"the operators' eager time{skipped}"
     )
+
+
+def _with_setup(rationale: str, plan: KernelPlan, a: Analysis) -> tuple[str, float]:
+    """The rationale with the first call's compilation where it is long enough to matter, and
+    its estimate (0 off the GPU: the interpreter compiles nothing)."""
+    if a.device != "cuda":
+        return rationale, 0.0
+    cost = compile_cost(a.op_graph, plan.matches)
+    return (f"{rationale}; {cost.note()}" if cost.seconds >= NOTED_SETUP_S else rationale), cost.seconds
 
 
 def _unclaimed_compute(plan: KernelPlan, a: Analysis) -> int:
@@ -112,7 +125,7 @@ def _placed(offer: KernelOffer, plan: KernelPlan, a: Analysis) -> KernelOffer:
         return offer
     why = (f"; tried late: launched from Python its host time alone outlasts the reference's {a.reference_ms:.3g} ms "
            f"(predicted {predicted:.2f}x on this launch-bound step)")
-    return KernelOffer(offer.params, BEHIND * (1 + predicted), offer.rationale + why)
+    return KernelOffer(offer.params, BEHIND * (1 + predicted), offer.rationale + why, offer.setup_s)
 
 
 def kernel_offers(a: Analysis) -> list[KernelOffer]:
@@ -137,20 +150,21 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
     proven = all(k in wins and wins[k].wins for k in kinds)
     share = plan.saved_ms / plan.eager_ms if plan.eager_ms else 0.0
     score = 0.55 + (0.35 if proven else 0.0) + 0.3 * min(share, 1.0) + (0.2 if a.dominant == "hbm" else 0.0)
-    rationale = _rationale(plan, a)
-    offers = [KernelOffer({"wrapper": PLAIN, "templates": plan.templates}, score, rationale)]
+    rationale, setup_s = _with_setup(_rationale(plan, a), plan, a)
+    offers = [KernelOffer({"wrapper": PLAIN, "templates": plan.templates}, score, rationale, setup_s)]
     strong = sorted({m.template for m in plan.matches if m.kind not in wins or wins[m.kind].vs_inductor >= HYBRID_MARGIN})
     hybrid = find_matches(graph, strong, wins=wins) if strong else None
     rest = _unclaimed_compute(hybrid, a) if hybrid and hybrid.matches else 0
     if rest:
+        lead, hybrid_setup_s = _with_setup(_rationale(hybrid, a), hybrid, a)
         why = (
-            f"{_rationale(hybrid, a)}; the {rest} operator(s) outside the kernels' regions compiled by inductor around them, "
+            f"{lead}; the {rest} operator(s) outside the kernels' regions compiled by inductor around them, "
             f"each region an opaque operator inside the compiled step (only kinds measured >= {HYBRID_MARGIN}x inductor, or unmeasured)"
         )
         # Above the plain replay where inductor has something to fuse: a replay runs those
         # operators one by one, with Python's dispatch between them.
         offers.append(_placed(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"},
-                                          score + 0.02 * min(rest, 10), why), hybrid, a))
+                                          score + 0.02 * min(rest, 10), why, hybrid_setup_s), hybrid, a))
     offers[0] = _placed(offers[0], plan, a)
     # The graph saves the replay's host time (its kernels' launches from Python), not only the
     # reference's ~8 us a launch: a GEMM region's call alone costs ~0.2 ms of host time, which the
@@ -162,7 +176,8 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
                f"launched from Python (the replay's host time, ~{host_ms:.2g} ms a call, against ~{graph_copies_ms(a):.2g} ms "
                f"of copies into and out of the graph's buffers; the reference's own launch overhead an estimated "
                f"{100 * lb:.0f}% of its time)")
-        offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0), why))
+        offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0), why,
+                                  setup_s))
     return offers
 
 
