@@ -1,5 +1,5 @@
 """What the kernel families' tests share: the device they run on (a GPU where there is one, else
-the CPU under Triton's interpreter, which ``kernels/conftest.py`` switches on), random inputs
+the CPU under Triton's interpreter, which ``interpret_without_gpu`` switches on), random inputs
 there, and a kernel compiled for an H100 through Triton's real pipeline in a process of its own
 (no GPU needed), to read what the compiler made of it."""
 
@@ -7,11 +7,43 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def interpret_without_gpu() -> None:
+    """Where there is no GPU, switch Triton to its CPU interpreter for this process. Triton
+    decides between compiling and interpreting when a function is decorated, its own library
+    functions (``tl.cdiv``, ``tl.sum``'s combiner) included, at ``import triton``: the switch must
+    be on before Triton is first imported, or an interpreted kernel calling them fails ("Cannot
+    call @triton.jit'd outside of the scope of a kernel"). The environment variable is put back,
+    so the evaluator ranks tests start do not inherit it. Called by the conftests of every test
+    tree that runs kernels in the process (``kernels/``, ``tests/``): a subset of the suite run on
+    its own gets it too."""
+    if torch.cuda.is_available():
+        return
+    preset = os.environ.get("TRITON_INTERPRET")
+    if "triton" in sys.modules:
+        import triton  # lazy: already imported; only its switch is read
+
+        if triton.knobs.runtime.interpret or preset == "1":
+            return
+        raise RuntimeError(
+            "Triton was imported before the test conftest could switch it to its CPU interpreter: "
+            "run the kernel tests in a process of their own (pytest kernels) or with TRITON_INTERPRET=1"
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton  # lazy: imported here, after the switch, on purpose
+
+    triton.knobs.runtime.interpret = True
+    if preset is None:
+        del os.environ["TRITON_INTERPRET"]
+    # The interpreter computes masked-off lanes too (exp of -inf - -inf): NumPy warns of it.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
 ROOT = Path(__file__).resolve().parents[1]
 
 
