@@ -228,12 +228,13 @@ class ModelNew(Model):
 def forward_source(graph: OpGraph, matches: list[Match], compile_mode: str | None = None, graphed: list[int] | None = None) -> str:
     """``ModelNew`` for the graph with ``matches`` replacing their regions; with ``compile_mode``,
     the replay compiled by inductor in that mode and each region an opaque operator
-    (``compiled.py``); with ``graphed`` (the inputs the step mutates), the replay in a CUDA graph."""
+    (``compiled.py``); with ``graphed`` (the inputs the step mutates), the replay (or the compiled
+    step) in a CUDA graph."""
     problem = replay_problem(graph)
     if problem:
         raise NotReplayable(problem)
     guard = " and ".join(_guard(graph))
-    if graphed is not None:
+    if graphed is not None and compile_mode is None:
         return _graphed(graph, matches, guard, graphed)
     if compile_mode is None:
         lines = _kernel_lines(graph, matches)
@@ -257,6 +258,10 @@ class ModelNew(Model):
         raise NotReplayable(str(exc)) from None
     body = _replay(graph, matches, regions.call)
     lines = "\n".join("        " + line for line in body)
+    # With ``graphed``: the compiled step captured in a CUDA graph (as the compile_cuda_graph
+    # strategy captures inductor's code for the reference), so nothing is launched from Python.
+    call = "self._kl_step(*args)" if graphed is None else f"_kloom_graphed(self._kl_graphs, self._kl_step, args, 3, {sorted(graphed)!r})"
+    where = "" if graphed is None else ", the compiled step captured in a CUDA graph"
     return (
         _SAME
         + regions.source
@@ -264,17 +269,18 @@ class ModelNew(Model):
 
 class ModelNew(Model):
     """The reference's operators replayed and compiled by inductor ({compile_mode}), with
-    {len(matches)} region(s) computed by kloom's kernels as opaque operators."""
+    {len(matches)} region(s) computed by kloom's kernels as opaque operators{where}."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._kl_step = torch.compile(self._kl_replay, dynamic=False, mode={compile_mode!r})
+        self._kl_graphs = {{}}
 
     def forward(self, *args):
         if not ({guard}):
             return super().forward(*args)
         with torch.no_grad():
-            return self._kl_step(*args)
+            return {call}
 
     def _kl_replay(self, *args):
 {lines}

@@ -29,7 +29,10 @@ STRATEGY = "triton_kernels"
 #: host synchronisation, the replay captured in one CUDA graph, which launches none of it from
 #: the host (``emit.py``, with ``agents/strategist/cuda_graph/runtime.py``).
 PLAIN, COMPILED, GRAPHED = "kernels", "kernels_compiled", "kernels_graph"
-KERNEL_WRAPPERS = (PLAIN, COMPILED, GRAPHED)
+#: The hybrid's compiled step captured in a CUDA graph: inductor's fusion around the kernels and
+#: no launch from Python, as ``compile_cuda_graph`` is for inductor's code alone.
+COMPILED_GRAPH = "kernels_compiled_graph"
+KERNEL_WRAPPERS = (PLAIN, COMPILED, GRAPHED, COMPILED_GRAPH)
 #: Inside a compiled step a region's rival is inductor's own code for it, so the hybrid keeps only
 #: regions of kinds measured at least this much faster than inductor (or not measured yet: the
 #: evaluator decides). On the H100, elementwise chains (1.07x) and reductions (1.03x) were not:
@@ -100,6 +103,12 @@ def replay_host_ms(plan: KernelPlan, a: Analysis) -> float:
     return sum(1 for n in a.op_graph.nodes if n.index not in claimed) * REPLAY_CALL_MS + len(plan.matches) * REGION_CALL_MS
 
 
+def compiled_host_ms(plan: KernelPlan, a: Analysis) -> float:
+    """The compiled replay's host time a call, at most: a launch per operator left with compute
+    (none fused: a bound) and each region's kernel call."""
+    return _unclaimed_compute(plan, a) * LAUNCH_MS + len(plan.matches) * REGION_CALL_MS
+
+
 def predicted_speedup(plan: KernelPlan, a: Analysis, wrapper: str) -> float | None:
     """The candidate's speedup over the reference on a GPU (None without a measured reference):
     the reference's time less what the regions save, or the candidate's host time where that is
@@ -112,7 +121,7 @@ def predicted_speedup(plan: KernelPlan, a: Analysis, wrapper: str) -> float | No
     if wrapper == PLAIN:
         host_ms = replay_host_ms(plan, a)
     elif wrapper == COMPILED:
-        host_ms = _unclaimed_compute(plan, a) * LAUNCH_MS + len(plan.matches) * REGION_CALL_MS
+        host_ms = compiled_host_ms(plan, a)
     else:
         host_ms = 0.0
     return a.reference_ms / max(a.reference_ms - plan.saved_ms, host_ms, 1e-9)
@@ -165,12 +174,22 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
         # operators one by one, with Python's dispatch between them.
         offers.append(_placed(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"},
                                           score + 0.02 * min(rest, 10), why, hybrid_setup_s), hybrid, a))
+    capturable = a.device == "cuda" and a.graph_capturable
+    if rest and capturable and not graph_costs_more(a, compiled_host_ms(hybrid, a)):
+        lb = launch_bound(a)
+        why_graph = (f"{why}; the compiled step captured in one CUDA graph (inductor's fusion around the kernels, and "
+                     f"nothing launched from Python: the reference's own launch overhead an estimated {100 * lb:.0f}% of its time)")
+        # Beside the graphed plain replay, as the hybrid is beside the plain one: ahead of it by
+        # what inductor has to fuse.
+        offers.append(KernelOffer({"wrapper": COMPILED_GRAPH, "templates": hybrid.templates, "compile_mode": "default"},
+                                  0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0) + 0.02 * min(rest, 10), why_graph,
+                                  hybrid_setup_s))
     offers[0] = _placed(offers[0], plan, a)
     # The graph saves the replay's host time (its kernels' launches from Python), not only the
     # reference's ~8 us a launch: a GEMM region's call alone costs ~0.2 ms of host time, which the
     # judge counts (it times each call from an idle GPU).
     host_ms = replay_host_ms(plan, a)
-    if a.device == "cuda" and a.graph_capturable and not graph_costs_more(a, host_ms):
+    if capturable and not graph_costs_more(a, host_ms):
         lb = launch_bound(a)
         why = (f"{rationale}; the replay captured in one CUDA graph, so neither its operators nor its kernels are "
                f"launched from Python (the replay's host time, ~{host_ms:.2g} ms a call, against ~{graph_copies_ms(a):.2g} ms "
@@ -188,8 +207,8 @@ def kernel_candidate_for(source: str, analysis: Analysis | None, params: dict, l
         raise NotApplicable("the reference was not traced into an op graph")
     try:
         wrapper = params.get("wrapper")
-        mode = params.get("compile_mode", "default") if wrapper == COMPILED else None
-        graphed = analysis.mutated_inputs if wrapper == GRAPHED else None
+        mode = params.get("compile_mode", "default") if wrapper in (COMPILED, COMPILED_GRAPH) else None
+        graphed = analysis.mutated_inputs if wrapper in (GRAPHED, COMPILED_GRAPH) else None
         return kernel_candidate(source, analysis.op_graph, params.get("templates"), label, mode, graphed=graphed)
     except (NotReplayable, EmbedError) as exc:
         raise NotApplicable(str(exc)) from None

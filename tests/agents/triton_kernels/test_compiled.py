@@ -15,7 +15,7 @@ from kernel_helpers import WORKLOADS, load_workload, traced
 
 from agents.analysis import build_analysis
 from agents.strategist.triton_kernels import plan as kernel_plan
-from agents.strategist.triton_kernels.option import COMPILED, PLAIN, kernel_candidate_for, kernel_offers
+from agents.strategist.triton_kernels.option import COMPILED, COMPILED_GRAPH, GRAPHED, PLAIN, kernel_candidate_for, kernel_offers
 from kloom.static_check import check_candidate
 
 from .test_strategy import _analysis
@@ -27,8 +27,8 @@ def unmeasured(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_plan, "WINS_FILE", tmp_path / "no_wins.json")
 
 
-def _candidate(name: str, mode: str | None = "default") -> str:
-    return kernel_plan.kernel_candidate((WORKLOADS / f"{name}.py").read_text(), traced(name), None, "test", mode)
+def _candidate(name: str, mode: str | None = "default", graphed: list[int] | None = None) -> str:
+    return kernel_plan.kernel_candidate((WORKLOADS / f"{name}.py").read_text(), traced(name), None, "test", mode, graphed)
 
 
 def _load(code: str, module_name: str):
@@ -94,3 +94,37 @@ def test_the_hybrid_keeps_only_kinds_that_beat_inductor_by_a_margin(interpret, m
     kinds["softmax"]["vs_inductor"] = 1.05
     wins.write_text(json.dumps({"kinds": kinds}))
     assert {o.params["wrapper"] for o in kernel_offers(_analysis("linear_softmax"))} == {PLAIN}, "no region left worth an opaque operator"
+
+
+def test_on_a_gpu_the_compiled_step_is_also_offered_in_a_cuda_graph(interpret, unmeasured):
+    """Inductor's fusion around the kernels and no launch from Python (what compile_cuda_graph is
+    for inductor's code alone): offered where the hybrid is and the step can be captured, ahead of
+    the graphed plain replay by what inductor has to fuse."""
+    a = _analysis("linear_softmax", device="cuda")
+    a.reference_ms = len(a.op_graph.nodes) * 0.008
+    offers = {o.params["wrapper"]: o for o in kernel_offers(a)}
+    assert set(offers) == {PLAIN, COMPILED, GRAPHED, COMPILED_GRAPH}
+    graph = offers[COMPILED_GRAPH]
+    assert graph.params["templates"] == offers[COMPILED].params["templates"] and graph.params["compile_mode"] == "default"
+    assert "compiled step captured in one CUDA graph" in graph.rationale and graph.score > offers[GRAPHED].score
+    a.host_syncs = 1
+    assert COMPILED_GRAPH not in {o.params["wrapper"] for o in kernel_offers(a)}, "a host sync cannot be captured"
+    assert COMPILED_GRAPH not in {o.params["wrapper"] for o in kernel_offers(_analysis("linear_softmax"))}, "no graph off a GPU"
+    assert COMPILED_GRAPH not in {o.params["wrapper"] for o in kernel_offers(_analysis("sum_then_chain", device="cuda"))}, (
+        "nothing left for inductor: the graphed plain replay is the same candidate")
+
+
+def test_the_compiled_and_graphed_candidate_computes_the_reference(interpret, unmeasured):
+    """Off a GPU the graph runtime runs the compiled step itself (the capture is the GPU's): the
+    code it writes, the embedded runtime and the compiled step are what this checks."""
+    code = _candidate("linear_softmax", "default", graphed=[])
+    assert check_candidate(code) == []
+    assert "_kloom_graphed(self._kl_graphs, self._kl_step, args, 3, [])" in code and "torch.compile(self._kl_replay" in code
+    workload = load_workload("linear_softmax")
+    torch.manual_seed(0)
+    reference = workload.Model(*workload.get_init_inputs())
+    candidate = _load(code, "_kl_hybrid_graphed").ModelNew(*workload.get_init_inputs())
+    candidate.load_state_dict(reference.state_dict())
+    for _ in range(2):
+        inputs = workload.get_inputs()
+        assert torch.allclose(_flat(candidate(*inputs)), _flat(reference(*inputs)), atol=1e-5, rtol=1e-5)
