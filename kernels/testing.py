@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def interpret_without_gpu() -> None:
@@ -44,7 +45,6 @@ def interpret_without_gpu() -> None:
         del os.environ["TRITON_INTERPRET"]
     # The interpreter computes masked-off lanes too (exp of -inf - -inf): NumPy warns of it.
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def rand(*shape, dtype=torch.float32) -> torch.Tensor:

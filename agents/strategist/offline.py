@@ -144,9 +144,9 @@ def behind_slow_setup(options: list[Option], remaining_s: float | None) -> tuple
     moved = {o.key for o in options if slow(o)}
     if not moved or all(slow(o) for o in options):
         return options, set(), ""
-    worst = min(o.setup_s for o in options if slow(o))
+    shortest = min(o.setup_s for o in options if slow(o))
     left = f"{SETUP_SHARE:.0%} of the job's remaining {remaining_s:.0f} s" if remaining_s is not None and limit < SLOW_SETUP_S else f"{SLOW_SETUP_S:.0f} s"
-    why = (f"kloom's kernel candidate would compile for ~{worst:.0f} s before computing anything, more than {left}: "
+    why = (f"kloom's kernel candidate would compile for ~{shortest:.0f} s before computing anything, more than {left}: "
            "options that start sooner first; ")
     return sorted(options, key=slow), moved, why  # stable: the ranking holds within each part
 

@@ -262,6 +262,7 @@ class ModelNew(Model):
     # strategy captures inductor's code for the reference), so nothing is launched from Python.
     call = "self._kl_step(*args)" if graphed is None else f"_kloom_graphed(self._kl_graphs, self._kl_step, args, 3, {sorted(graphed)!r})"
     where = "" if graphed is None else ", the compiled step captured in a CUDA graph"
+    graphs = "" if graphed is None else "\n        self._kl_graphs = {}"
     return (
         _SAME
         + regions.source
@@ -273,8 +274,7 @@ class ModelNew(Model):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._kl_step = torch.compile(self._kl_replay, dynamic=False, mode={compile_mode!r})
-        self._kl_graphs = {{}}
+        self._kl_step = torch.compile(self._kl_replay, dynamic=False, mode={compile_mode!r}){graphs}
 
     def forward(self, *args):
         if not ({guard}):

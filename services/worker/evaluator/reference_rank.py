@@ -191,13 +191,14 @@ class ReferenceRank(RankBase):
         if max_input_bytes and given > max_input_bytes:
             return None, (f"the inputs take {given / (1 << 20):.0f} MiB, past calibration_max_input_bytes ({max_input_bytes / (1 << 20):.0f} MiB): "
                           "their float64 copies would double the reference's share of the device"), 0
-        need = 2 * model_bytes(self.ref) + 2 * given
+        # The model copied in float32 and cast (three times its bytes at the cast), the inputs cast.
+        need = 3 * model_bytes(self.ref) + 2 * given
         if self.device.type == "cuda":
             free = torch.cuda.mem_get_info(self.device)[0]
             if need > free // 2:
                 return None, f"a float64 copy of the model and inputs needs about {need / (1 << 20):.0f} MiB, more than half the device's free {free / (1 << 20):.0f} MiB", 0
-        elif self.memory_limit and need + model_bytes(self.ref) > self.memory_limit:
-            return None, f"a float64 copy needs about {need + model_bytes(self.ref)} bytes, past this rank's share of the memory limit", 0
+        elif self.memory_limit and need > self.memory_limit:
+            return None, f"a float64 copy needs about {need} bytes, past this rank's share of the memory limit", 0
         return calibration.float64_run(self.ref, inputs, self.device)
 
     def cmd_compare(self, outputs: list, mutated: dict, spec: str, tolerance: dict, level: str, norm_check: bool, norm_scale: float = 1.0) -> dict:
