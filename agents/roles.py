@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kloom.evaluation import BaselineResult, EvalResult
 from kloom.profile import Profile
+from kloom.tuning import TunedConfig
 
 from .analysis import Analysis
 from .limits import Budget
@@ -80,6 +81,9 @@ class KBAdvice:
     kernels: list[KernelHint] = field(default_factory=list)
     strategies: list[StrategyHint] = field(default_factory=list)
     failures: list[FailureHint] = field(default_factory=list)
+    #: What Triton's autotuner chose in kept kernels of similar workloads on this very hardware, most
+    #: similar first (``kloom.tuning``): a kernel candidate starts from them.
+    tuned: list[TunedConfig] = field(default_factory=list)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, defer, selectinload
 from agents.analysis import Analysis
 from agents.roles import EXACT_SIMILARITY, FailureHint, KBAdvice, KernelHint, StrategyHint
 from kloom.speedup import reported_speedup
+from kloom.tuning import TunedConfig, merged, parse_tuned
 
 from .computation import computation_key
 from .confidence import weighted_confidence
@@ -72,7 +73,20 @@ def advice(
         kernels=_kernel_hints(session, jobs, close, workload_sha256, workload_source, kernels),
         strategies=_strategy_hints(session, jobs, close, strategies),
         failures=_failure_hints(session, query),
+        tuned=_tuned_hints(session, jobs, query),
     )
+
+
+def _tuned_hints(session: Session, jobs: dict[str, float], query: Signature) -> list[TunedConfig]:
+    """The autotuning choices of the kernels kept from similar workloads on this very hardware (a
+    configuration the autotuner chose on another card says nothing here), the most similar job's
+    first; each kernel and key once."""
+    rows = session.execute(
+        select(KBKernel.job_id, KBKernel.tuned, KBKernel.speedup)
+        .where(KBKernel.job_id.in_(list(jobs)), KBKernel.device == query.device, KBKernel.gpu == query.gpu)
+    ).all()
+    ranked = sorted(rows, key=lambda r: (-round(jobs[r.job_id], 2), -r.speedup))
+    return merged(*(parse_tuned(r.tuned) for r in ranked))
 
 
 def _close_jobs(

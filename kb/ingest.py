@@ -238,6 +238,7 @@ def _record_kernels(session: Session, traj: Trajectory, sig: Signature, job_id: 
                 rationale=step.plan.rationale,
                 model=step.usage.model or traj.job.strategist,
                 evaluator_version=admission.evaluator_version(step.evaluation),
+                tuned=[t.to_dict() for t in step.evaluation.tuned],
             )
         )
         count += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from kloom.clock import utcnow
@@ -92,6 +92,8 @@ class KBKernel(Base):
     evaluator_version: Mapped[str] = mapped_column(String(32), default="1", server_default="1")
     #: When ``kloom kb verify`` last judged it again and it still passed.
     verified_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: What Triton's autotuner chose when the judge timed it (``kloom.tuning.TunedConfig`` records).
+    tuned: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
 
     job: Mapped[KBJob] = relationship(lazy="joined")
 

@@ -64,3 +64,4 @@ class KernelDetail(KernelSummary):
     rationale: str
     model: str
     created_at: dt.datetime
+    tuned: list[dict[str, Any]]  # what Triton's autotuner chose when the judge timed it (``kloom.tuning``)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from kloom.roofline.model import RooflineRecord
+from kloom.tuning import TunedConfig
 
 Status = Literal[
     "correct",
@@ -196,6 +197,9 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     memory: MemoryRecord | None = None
+    #: What Triton's autotuner chose in the candidate, as its rank reported it after timing
+    #: (``kloom.tuning``): a hint the knowledge base keeps for the next candidate, never evidence.
+    tuned: list[TunedConfig] = field(default_factory=list)
     #: Which judge wrote the record; a record read back without one was written by version "1"
     #: (the evaluator sets ``EVALUATOR_VERSION`` on every record it makes).
     evaluator_version: str = "1"

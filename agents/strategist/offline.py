@@ -32,6 +32,7 @@ from .catalog import Option, options_for, option_key
 from .codegen import NotApplicable, render, source_rewrites
 from .cudnn_tuning import WRAPPER as CUDNN_WRAPPER, candidate as cudnn_candidate
 from .triton_kernels.option import KERNEL_WRAPPERS, STRATEGY as KERNELS, kernel_candidate_for
+from .triton_kernels.emit import tuned_block
 
 #: Statuses after which other options with the same wrapper are not worth their evaluation.
 _BROKEN = {"runtime_error", "crashed", "timeout", "compile_error"}
@@ -325,12 +326,16 @@ class OfflinePlanner:
 
     @staticmethod
     def _kb_note(option: Option, ctx: PlanningContext) -> str:
+        tuned = ""
+        if option.strategy == KERNELS and ctx.kb.tuned:
+            tuned = (f"its kernels start from the {len(ctx.kb.tuned)} autotuning choice(s) the knowledge base kept on this "
+                     "hardware, pinned where a kernel and its key match (no timing, no compiling the other configurations); ")
         hint = _evidence_for(option.strategy, ctx)
         speedup, weight = _measured(hint)
         if hint is None or weight < KB_MIN_WEIGHT or speedup is None:
-            return ""
+            return tuned
         where = "nearly this workload" if hint.close_weight >= KB_MIN_WEIGHT else "similar workloads"
-        return f"the knowledge base measured it at {speedup:.2f}x on {where} ({hint.wins} won, {hint.losses} lost); "
+        return f"the knowledge base measured it at {speedup:.2f}x on {where} ({hint.wins} won, {hint.losses} lost); " + tuned
 
     @staticmethod
     def _plan(option: Option, analysis: Analysis, prefix: str = "") -> Plan:
@@ -345,7 +350,8 @@ def offline_candidate(ctx: PlanningContext, params: dict, label: str) -> str:
     # The workload's computation only: its harness (input builders, metadata) is not candidate code.
     source = candidate_base(ctx.workload_source)
     if params.get("wrapper") in KERNEL_WRAPPERS:
-        return kernel_candidate_for(source, ctx.analysis, params, label)
+        code = kernel_candidate_for(source, ctx.analysis, params, label)
+        return code + tuned_block(code, ctx.kb.tuned)
     if params.get("wrapper") == CUDNN_WRAPPER:
         return cudnn_candidate(source, params, label)
     analysis = ctx.analysis
@@ -364,7 +370,7 @@ class OfflineCoder:
             hint = next((h for h in ctx.kb.kernels if h.kernel_id == plan.params.get("kernel_id")), None)
             if hint is None:
                 return CoderOutput(None, error=f"knowledge-base kernel {plan.params.get('kernel_id')} is no longer offered")
-            return CoderOutput(hint.code)
+            return CoderOutput(hint.code + (tuned_block(hint.code, ctx.kb.tuned) if hint.strategy == KERNELS else ""))
         try:
             code = offline_candidate(ctx, plan.params, plan.strategy)
         except NotApplicable as exc:

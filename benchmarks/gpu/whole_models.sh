@@ -33,7 +33,9 @@ for traj in sorted(Path(sys.argv[1]).glob("*/trajectory.json")):
     t = json.loads(traj.read_text())
     rows[traj.parent.name] = {"state": t["state"], "stop_reason": t["stop_reason"][:300],
                               "steps": [{"strategy": s["plan"]["strategy"], "status": s["status"], "speedup": (s.get("evaluation") or {}).get("timing", {}) and s["evaluation"]["timing"].get("speedup"),
-                                         "error": (s.get("error") or "")[:300]} for s in t["steps"]]}
+                                         "error": (s.get("error") or "")[:300],
+                                         "wrapper": s["plan"].get("params", {}).get("wrapper"),
+                                         "phase_seconds": (s.get("evaluation") or {}).get("phase_seconds")} for s in t["steps"]]}
 print(json.dumps(rows, indent=1))
 PY
 [ "${WM_RUNTIMES:-1}" = 0 ] || timeout 200 python3 -m pytest -q -p no:cacheprovider -rs agents/strategist/cuda_graph agents/strategist/row_chunks > "$OUT/runtimes.log" 2>&1

@@ -2,9 +2,12 @@
 gives, the interpreter's one on the CPU, or autotuned over the GPU's, through one autotuner per
 kernel and configuration list (launchers that choose their configurations per call share its
 measurements and the kernel's compiled variants). A one-configuration autotuner measures nothing:
-it runs that configuration. Imports only Triton."""
+it runs that configuration. Each autotuner takes the pins a candidate was seeded with where it is
+made (``kernels.tuning``). Imports only Triton."""
 
 import triton
+
+from kernels.tuning import adopt_tuned
 
 _AUTOTUNERS: dict[tuple, object] = {}
 
@@ -14,7 +17,7 @@ def autotuned(kernel, configs: list[triton.Config], key: list[str]):
     configs_key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
     cache_key = (kernel.__name__, configs_key, tuple(key))
     if cache_key not in _AUTOTUNERS:
-        _AUTOTUNERS[cache_key] = triton.autotune(configs=configs, key=key)(kernel)
+        _AUTOTUNERS[cache_key] = adopt_tuned(triton.autotune(configs=configs, key=key)(kernel))
     return _AUTOTUNERS[cache_key]
 
 

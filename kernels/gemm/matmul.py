@@ -40,6 +40,7 @@ from kernels.elementwise.kernel import ew_epilogue_args
 from kernels.elementwise.program import ew_epilogue, ew_stored
 from kernels.gemm.epilogue import GEMM_REDUCTIONS, GEMM_ROW_OPS, gemm_finish_rows, gemm_partial_reduce, gemm_row_op
 from kernels.gemm.tiles import gemm_f32x3, gemm_mma, gemm_tile_order
+from kernels.tuning import adopt_tuned
 
 #: Dtypes the kernel multiplies (both operands the same).
 GEMM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -203,7 +204,7 @@ def _gemm_tuned(configs: list[triton.Config]):
     """One autotuner per configuration list (they share the compiled kernels of ``gemm_kernel``)."""
     key = tuple((tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages) for c in configs)
     if key not in _GEMM_TUNERS:
-        _GEMM_TUNERS[key] = triton.autotune(configs=configs, key=["M", "N", "K"])(gemm_kernel)
+        _GEMM_TUNERS[key] = adopt_tuned(triton.autotune(configs=configs, key=["M", "N", "K"])(gemm_kernel))
     return _GEMM_TUNERS[key]
 
 

@@ -209,6 +209,9 @@ def _print_kernel(console: Console, k) -> None:
     console.print(f"strategy {k.strategy} {json.dumps(k.params, sort_keys=True)}; job {k.job_id} step {k.step_index}; model {k.model or '-'}")
     if k.rationale:
         console.print(f"why: {k.rationale}", markup=False, highlight=False)
+    for t in k.tuned:
+        console.print(f"tuned: {t['kernel']} key {t['key']}: {t['kwargs']}, {t['num_warps']} warps, {t['num_stages']} stages",
+                      markup=False, highlight=False)
     console.print(Syntax(k.code, "python", line_numbers=False))
 
 

@@ -83,5 +83,7 @@ def test_revision_0003_gives_kept_kernels_the_first_evaluator_version(kb_db):
         upgrade(kb_db.url)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT evaluator_version, verified_at FROM kb_kernels")).all() == [("1", None)]
+            # Revision 0004: no autotuning choices were kept with it.
+            assert conn.execute(text("SELECT tuned FROM kb_kernels")).scalar() in ("[]", [])
     finally:
         engine.dispose()

@@ -302,3 +302,28 @@ def test_exact_evidence_comes_from_this_very_workload_only(kb_db):
     assert hint.close_weight > hint.exact_weight == pytest.approx(1.0)
     assert hint.exact_speedup == pytest.approx(0.8) and 0.8 < hint.close_speedup < 1.5
     assert [(k.speedup, k.close, k.exact) for k in advice.kernels] == [(1.5, True, False)]  # 0.8x was not kept
+
+
+def test_kept_kernels_keep_their_autotuning_choices_for_the_same_hardware_only(kb_db):
+    """What Triton's autotuner chose in a kept kernel comes back as advice for a similar workload
+    on the same GPU, the most similar job's first; on another GPU or device nothing."""
+    from kloom.tuning import TunedConfig
+
+    chosen = TunedConfig("_sm_rows_single", [300, 16, "torch.float32"], {"ROWS": 4}, 8, 3)
+    bigger = Workload(input_shapes=((4096, 8192),), input_bytes=64 << 20, source=tp_source(4096))
+    elsewhere = TunedConfig("_sm_rows_single", [300, 16, "torch.float32"], {"ROWS": 1}, 4, 3)
+    other_key = TunedConfig("gemm_kernel", [64, 64, 64, "torch.float32"], {"BLOCK_M": 64}, 4, 3)
+    near, far = trajectory("job-t1", TP, [Tried("triton_kernels", speedup=1.5)]), trajectory("job-t2", bigger, [Tried("triton_kernels", speedup=1.4)])
+    near.steps[0].evaluation.tuned = [chosen]
+    far.steps[0].evaluation.tuned = [elsewhere, other_key]
+    for traj, w in ((near, TP), (far, bigger)):
+        with kb_db.sessions() as s:
+            assert kb_ingest.ingest(s, traj, workload_source=w.source or None).ingested
+    with kb_db.sessions() as s:
+        kept = s.scalars(select(KBKernel).where(KBKernel.job_id == "job-t1")).one()
+        assert kept.tuned == [chosen.to_dict()]
+        same = kb_advice.advice(s, TP.analysis("cuda"), TP.sha256, "cuda", H200)
+        other_gpu = kb_advice.advice(s, TP.analysis("cuda"), TP.sha256, "cuda", "NVIDIA H100 80GB HBM3")
+        cpu = kb_advice.advice(s, TP.analysis("cpu"), TP.sha256, "cpu", "")
+    assert same.tuned == [chosen, other_key], "this workload's choice for a key first; the other job's other key after it"
+    assert other_gpu.tuned == [] and cpu.tuned == []

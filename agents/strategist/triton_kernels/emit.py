@@ -11,9 +11,12 @@ the record could not name) is refused with ``NotReplayable``.
 
 from __future__ import annotations
 
-from kloom.opgraph import OpGraph, decode_float, has_opaque, tensor_ids
+import ast
 
-from ..embed import clashes, embed_kernels, runtime_source
+from kloom.opgraph import OpGraph, decode_float, has_opaque, tensor_ids
+from kloom.tuning import TunedConfig
+
+from ..embed import bound_names, clashes, embed_kernels, runtime_source
 from .compiled import CompiledRegions, NotCompilable
 from .templates import Match, laid_out
 
@@ -299,3 +302,28 @@ def candidate_source(reference: str, graph: OpGraph, matches: list[Match], label
     if clash:
         raise NotReplayable(f"the reference defines {', '.join(clash)}, which the kernels' code defines too")
     return reference.rstrip() + f"\n\n\n# ---- kloom kernels: {label} ----" + embedded + model
+
+
+def _autotuned_defs(code: str) -> set[str]:
+    """The functions ``code`` defines at its top level under ``@triton.autotune(...)``."""
+    def autotune(d) -> bool:
+        return isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "autotune"
+    return {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and any(autotune(d) for d in n.decorator_list)}
+
+
+def tuned_block(code: str, pins: list[TunedConfig]) -> str:
+    """Text to append to a candidate ``code`` that pins the autotuning choices of ``pins`` made
+    for the kernels it defines (``kernels.tuning.seed_tuned``, embedded where the code lacks it),
+    on its autotuned kernels now and on the autotuners its launchers make later; "" where none of
+    the pins is for its kernels, or the seeding code's names clash with the code's."""
+    defined = bound_names(code)
+    used = [p for p in pins if defined.get(p.kernel) == "def"]
+    if not used:
+        return ""
+    embedded = "" if defined.get("seed_tuned") == "def" else embed_kernels(["kernels.tuning"])
+    if clashes(code, embedded):
+        return ""
+    tuners = sorted(_autotuned_defs(code) & {p.kernel for p in used})
+    listed = "".join(f"    {p.to_dict()!r},\n" for p in used)
+    return (f"{embedded}\n\n# ---- kloom: {len(used)} autotuning choice(s) the knowledge base kept on this hardware ----\n"
+            f"seed_tuned([{', '.join(tuners)}], [\n{listed}])\n")

@@ -178,6 +178,7 @@ class CandidateRank(RankBase):
         return {"outputs": leaves, "spec": spec}
 
     def cmd_release(self, collect: bool = True) -> dict:
+        reply = {"tuned": self._tuned()}
         self.cand, self.timed, self.block_kept = None, None, None
         if self.cand_module:
             for name in [n for n in sys.modules if n == self.cand_module or n.startswith(self.cand_module + ".")]:
@@ -186,4 +187,18 @@ class CandidateRank(RankBase):
         if collect and self.device.type == "cuda":  # on the CPU, dropping the references frees
             gc.collect()
             torch.cuda.empty_cache()
-        return {}
+        return reply
+
+    def _tuned(self) -> list:
+        """What Triton's autotuner chose in the candidate's module (``kernels.tuning``), where it
+        autotuned with Triton at all; read after timing, so nothing of it is timed. A hint, as
+        everything this process says about itself: the judge keeps only well-formed records."""
+        module = sys.modules.get(self.cand_module or "")
+        if module is None or "triton.runtime.autotuner" not in sys.modules:
+            return []
+        from kernels.tuning import tuned_choices  # lazy: imports Triton, which this candidate already did
+
+        try:
+            return tuned_choices(vars(module))
+        except Exception:  # the candidate's objects may be anything; no choices is the answer then
+            return []

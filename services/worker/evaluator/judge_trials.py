@@ -10,6 +10,7 @@ import torch
 
 from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
 from kloom.speedup import paired_interval
+from kloom.tuning import parse_tuned
 
 from . import precision
 from .calibration import Calibration, OwnError
@@ -107,6 +108,8 @@ class Trials:
                 released = pool.request("release", args, timeout=ev._limit(self.hang_s))
                 self._note(released, pool.role)
                 ev._raise_errors(released, "release", "runtime_error")
+                if pool is self.cand:
+                    result.tuned = parse_tuned(replies_value(released, "tuned", [])[0])
         finally:
             self._memory()
         ref_ms = max(t.median_ms for t in ref_times)

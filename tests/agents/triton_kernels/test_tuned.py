@@ -1,0 +1,65 @@
+"""Autotuning choices from one candidate to the next, through the real evaluator on the CPU
+(Triton's interpreter): the judge records what the autotuner chose in a kernel candidate (read in
+its rank after timing), and a candidate written with the knowledge base's choices runs the pinned
+configuration, not the one its autotuner would have taken."""
+
+from __future__ import annotations
+
+import shutil
+
+from agent_helpers import planning_context
+from kernel_helpers import WORKLOADS
+
+from agents.analysis import build_analysis
+from agents.roles import KBAdvice
+from agents.strategist import OfflineCoder, OfflinePlanner
+from agents.strategist.triton_kernels import plan as kernel_plan
+from agents.strategist.triton_kernels.option import STRATEGY
+from kloom.evaluation import EvalResult
+from kloom.static_check import check_candidate
+from kloom.tuning import TunedConfig
+
+
+def _written(ev, path, tmp_path, tuned: list[TunedConfig]) -> tuple[str, EvalResult, str]:
+    traces = ev.analyze(path, world_size=1)
+    analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
+    ctx = planning_context(path, analysis)
+    ctx.kb = KBAdvice(tuned=tuned)
+    plan, _ = OfflinePlanner().plan(ctx)
+    assert plan.strategy == STRATEGY, plan
+    code = OfflineCoder().write(plan, ctx).code
+    assert code is not None and check_candidate(code) == []
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(code)
+    result = ev.evaluate(path, candidate, world_size=1)
+    assert result.status == "correct", (result.status, result.error)
+    return code, result, plan.rationale
+
+
+def test_the_judge_keeps_the_autotuners_choices_and_a_seeded_candidate_runs_them(interpreted_evaluator, interpret, tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_plan, "WINS_FILE", tmp_path / "no_wins.json")
+    path = tmp_path / "rows.py"
+    shutil.copy(WORKLOADS / "softmax_rows.py", path)  # softmax over rows of 300: whole rows in a tile
+
+    code, first, rationale = _written(interpreted_evaluator, path, tmp_path, [])
+    assert "seed_tuned([" not in code and "autotuning choice" not in rationale
+    chosen = [t for t in first.tuned if t.kernel.startswith("_sm_")]
+    assert chosen, first.tuned
+    # The interpreter times nothing, so the autotuner took the first configuration that fits:
+    # one row a program, four warps (the record round-trips with the evaluation, as the KB keeps it).
+    pick = chosen[0]
+    assert (pick.kwargs, pick.num_warps) == ({"ROWS": 1}, 4)
+    assert EvalResult.from_dict(first.to_dict()).tuned == first.tuned
+
+    # The knowledge base's choice for that kernel and key: four rows a program, eight warps (a
+    # configuration of its list that fits too); one for a kernel this candidate lacks, and one
+    # naming no configuration of the list, are left out or ignored.
+    kept = TunedConfig(pick.kernel, pick.key, {"ROWS": 4}, 8, pick.num_stages)
+    foreign = TunedConfig("no_such_kernel", [1], {"BLOCK": 8}, 4, 3)
+    bogus = TunedConfig(pick.kernel, [7, "torch.float32"], {"ROWS": 3}, 8, 3)
+    code, second, rationale = _written(interpreted_evaluator, path, tmp_path, [kept, foreign, bogus])
+    assert "seed_tuned([" in code and "no_such_kernel" not in code
+    assert "start from the 3 autotuning choice(s) the knowledge base kept" in rationale
+    ran = next(t for t in second.tuned if t.pin_key == pick.pin_key)
+    assert (ran.kwargs, ran.num_warps) == ({"ROWS": 4}, 8), "the pinned configuration ran"
+    assert not any(t.key == [7, "torch.float32"] for t in second.tuned), "a pin naming no configuration chose nothing"
