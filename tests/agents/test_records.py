@@ -35,7 +35,7 @@ PROFILE_BEFORE = Path(__file__).parent / "fixtures" / "profile_saved_before_type
 ARCHIVES = sorted((ROOT / "results").glob("**/trajectories.jsonl.xz"))
 #: Fields the records gained after those were written, with the default they read back as.
 GAINED = {
-    "evaluation": {"memory": None, "evaluator_version": "1"},
+    "evaluation": {"memory": None, "evaluator_version": "1", "tuned": []},
     "timing": {"reference_alone": None, "interleaved": False, "speedup_ci_low": None, "speedup_ci_high": None, "clock_check": None},
     "clock_check": {"excess_ms": None},
     "memory": {"peaks_by_command": {}},

@@ -10,11 +10,11 @@ import shutil
 
 import pytest
 from agent_helpers import planning_context
-from kernel_helpers import WORKLOADS, traced
+from kernel_helpers import WORKLOADS, judged_kernel_candidate, traced
 
 from agents.analysis import Analysis, build_analysis
 from agents.roles import KBAdvice, KernelHint
-from agents.strategist import OfflineCoder, OfflinePlanner
+from agents.strategist import OfflinePlanner
 from agents.strategist.catalog import options_for
 from agents.strategist.triton_kernels import plan as kernel_plan
 from agents.strategist.triton_kernels.option import GRAPHED, STRATEGY, kernel_candidate_for, kernel_offers
@@ -78,17 +78,7 @@ def test_candidates_are_correct_under_the_real_evaluator(interpreted_evaluator, 
     monkeypatch.setattr(kernel_plan, "WINS_FILE", tmp_path / "no_wins.json")
     path = tmp_path / f"renamed_{name}.py"  # a name of its own: planning follows structure only
     shutil.copy(WORKLOADS / f"{name}.py", path)
-    traces = interpreted_evaluator.analyze(path, world_size=1)
-    analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
-    ctx = planning_context(path, analysis)
-    plan, _ = OfflinePlanner().plan(ctx)
-    assert plan.strategy == STRATEGY, plan
-    code = OfflineCoder().write(plan, ctx).code
-    assert code is not None and check_candidate(code) == []
-    candidate = tmp_path / "candidate.py"
-    candidate.write_text(code)
-    result = interpreted_evaluator.evaluate(path, candidate, world_size=1)
-    assert result.status == "correct", (result.status, result.error)
+    judged_kernel_candidate(interpreted_evaluator, path, tmp_path)
 
 
 def test_a_graphed_replay_is_offered_on_a_gpu_without_host_syncs_only(interpret):

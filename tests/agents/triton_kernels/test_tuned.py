@@ -7,32 +7,16 @@ from __future__ import annotations
 
 import shutil
 
-from agent_helpers import planning_context
-from kernel_helpers import WORKLOADS
+from kernel_helpers import WORKLOADS, judged_kernel_candidate
 
-from agents.analysis import build_analysis
 from agents.roles import KBAdvice
-from agents.strategist import OfflineCoder, OfflinePlanner
 from agents.strategist.triton_kernels import plan as kernel_plan
-from agents.strategist.triton_kernels.option import STRATEGY
 from kloom.evaluation import EvalResult
-from kloom.static_check import check_candidate
 from kloom.tuning import TunedConfig
 
 
 def _written(ev, path, tmp_path, tuned: list[TunedConfig]) -> tuple[str, EvalResult, str]:
-    traces = ev.analyze(path, world_size=1)
-    analysis = build_analysis(traces, family="single_gpu", world_size=1, device="cpu", baseline=None)
-    ctx = planning_context(path, analysis)
-    ctx.kb = KBAdvice(tuned=tuned)
-    plan, _ = OfflinePlanner().plan(ctx)
-    assert plan.strategy == STRATEGY, plan
-    code = OfflineCoder().write(plan, ctx).code
-    assert code is not None and check_candidate(code) == []
-    candidate = tmp_path / "candidate.py"
-    candidate.write_text(code)
-    result = ev.evaluate(path, candidate, world_size=1)
-    assert result.status == "correct", (result.status, result.error)
+    plan, code, result = judged_kernel_candidate(ev, path, tmp_path, KBAdvice(tuned=tuned))
     return code, result, plan.rationale
 
 

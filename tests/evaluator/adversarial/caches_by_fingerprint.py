@@ -18,7 +18,10 @@ class ModelNew(nn.Module):
         if key == self.key:
             return self.value.clone()
         y = x @ self.weight
-        for _ in range(30):  # slow when it computes: the cache must carry the speedup
+        # Slow when it computes (about a fifth of the reference's speed or less on the CI's CPU), so that
+        # only the cache could carry a speedup: with 30 adds it read 0.45-1.7x over 25 honest
+        # evaluations at the tests' short timing budget, and the test's 1.5x bound failed 1 in 20.
+        for _ in range(600):
             y = y + 0.0
         dist.all_reduce(y)
         self.key, self.value = key, y
