@@ -2,7 +2,7 @@
 # Whole networks on one GPU (tests/importers/fixtures/whole_models/, the CPU test's files), each
 # through `kloom optimize --device cuda` with the offline strategist, as a user would run it:
 # the table and verdict of each job in $OUT/whole_models.log, and every step's strategy, status
-# and error in $OUT/whole_models.json. Then the GPU tests of the strategies' runtimes that have
+# and error in $OUT/whole_models.json (the trajectories in $OUT/whole_models_jobs.tgz). Then the GPU tests of the strategies' runtimes that have
 # no multi-GPU part (cuda_graph, row_chunks) in $OUT/runtimes.log.
 #
 #   bash benchmarks/gpu/whole_models.sh [max candidates] [seconds per model] [model names, comma-separated]
@@ -38,6 +38,8 @@ for traj in sorted(Path(sys.argv[1]).glob("*/trajectory.json")):
                                          "phase_seconds": (s.get("evaluation") or {}).get("phase_seconds")} for s in t["steps"]]}
 print(json.dumps(rows, indent=1))
 PY
+# Every job's trajectory (each step's reference and candidate times: benchmarks/step_ranking.py).
+(cd "$work" && tar czf "$OUT/whole_models_jobs.tgz" */trajectory.json 2>/dev/null)
 [ "${WM_RUNTIMES:-1}" = 0 ] || timeout 200 python3 -m pytest -q -p no:cacheprovider -rs agents/strategist/cuda_graph agents/strategist/row_chunks > "$OUT/runtimes.log" 2>&1
 [ "${WM_RUNTIMES:-1}" = 0 ] || echo "runtimes: $(tail -1 "$OUT/runtimes.log")"
 grep -E "^== |exit |kernel found" "$OUT/whole_models.log"
