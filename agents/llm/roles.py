@@ -10,6 +10,7 @@ from __future__ import annotations
 from agents.prompts import render
 from agents.records import Plan, Usage
 from agents.roles import CoderOutput, Planner, PlanningContext
+from agents.strategist.triton_kernels.emit import tuned_block
 
 from . import views
 from .client import LLMClient
@@ -84,4 +85,6 @@ class LLMCoder:
         code = read_code(completion.text, truncated=completion.truncated)
         if isinstance(code, ParseFailure):
             return CoderOutput(code=None, usage=completion.usage, error=f"coder answer unusable: {code.reason}")
-        return CoderOutput(code=complete_candidate(code, offered), usage=completion.usage)
+        code = complete_candidate(code, offered)
+        # The library's kernels it calls start from the autotuning choices kept on this hardware.
+        return CoderOutput(code=code + tuned_block(code, ctx.kb.tuned), usage=completion.usage)

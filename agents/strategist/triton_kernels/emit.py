@@ -315,8 +315,14 @@ def tuned_block(code: str, pins: list[TunedConfig]) -> str:
     """Text to append to a candidate ``code`` that pins the autotuning choices of ``pins`` made
     for the kernels it defines (``kernels.tuning.seed_tuned``, embedded where the code lacks it),
     on its autotuned kernels now and on the autotuners its launchers make later; "" where none of
-    the pins is for its kernels, or the seeding code's names clash with the code's."""
-    defined = bound_names(code)
+    the pins is for its kernels, the code does not parse (the evaluator's check says why), or the
+    seeding code's names clash with the code's."""
+    if not pins:
+        return ""
+    try:
+        defined = bound_names(code)
+    except SyntaxError:
+        return ""
     used = [p for p in pins if defined.get(p.kernel) == "def"]
     if not used:
         return ""

@@ -118,6 +118,27 @@ def test_the_coder_prompt_carries_the_applicable_templates_and_kept_kernels(make
     assert "_lower_triangle" in user and "tril_product_small" in user  # the kept kernel
 
 
+def test_library_kernels_a_model_calls_start_from_the_autotuning_choices_kept_on_this_hardware(server, make_client, tmp_path):
+    """The library module kloom embeds for the model's call ends with the knowledge base's pins
+    for its kernels (those for kernels it lacks are left out)."""
+    from kloom.static_check import check_candidate
+    from kloom.tuning import TunedConfig
+
+    server.add(Reply.text(f"The library's GEMM.\n```python\n{LIBRARY_CALL}```"))
+    path = tmp_path / "tril.py"
+    path.write_text(WORKLOAD.format(n=64))
+    spec = JobSpec(workload=str(path), world_size=1, device="cpu", limits=Limits(max_iters=4))
+    pin = TunedConfig("gemm_kernel", [64, 64, 64, "torch.float32", "torch.float32", "torch.float32"], {"BLOCK_M": 64, "BLOCK_N": 64}, 4, 3)
+    ctx = PlanningContext(
+        spec=spec, workload_source=path.read_text(), workload_name="tril", analysis=_analysis(64), baseline=None, history=[],
+        budget=Budget(spec.limits), kb=KBAdvice(tuned=[pin, TunedConfig("not_in_it", [1], {"B": 1}, 4, 3)]),
+    )
+    code = LLMCoder(make_client(timeout_s=30.0)).write(Plan(strategy="kernel_library"), ctx).code
+    assert "def gemm_kernel" in code and "seed_tuned([], [" in code, "the GEMM's autotuners are made later: adopted where made"
+    assert repr(pin.to_dict()) in code and "not_in_it" not in code
+    assert check_candidate(code) == []
+
+
 def _job(server, make_client, tmp_path, device: str, n: int):
     server.add(
         Reply.text(json.dumps({"strategy": "own_triton_kernel", "params": {}, "rationale": "mask the triangle in Triton"})),

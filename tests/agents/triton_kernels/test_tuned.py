@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+from agent_helpers import planning_context
 from kernel_helpers import WORKLOADS, judged_kernel_candidate
 
 from agents.roles import KBAdvice
@@ -47,3 +48,29 @@ def test_the_judge_keeps_the_autotuners_choices_and_a_seeded_candidate_runs_them
     ran = next(t for t in second.tuned if t.pin_key == pick.pin_key)
     assert (ran.kwargs, ran.num_warps) == ({"ROWS": 4}, 8), "the pinned configuration ran"
     assert not any(t.key == [7, "torch.float32"] for t in second.tuned), "a pin naming no configuration chose nothing"
+
+
+def test_a_kept_kernel_candidate_reused_whole_is_pinned_too(tmp_path):
+    """A kernel candidate the knowledge base kept from this very workload is reused as it was,
+    with the kept autotuning choices for its kernels appended (its own autotuned kernels named)."""
+    from agents.records import Plan
+    from agents.roles import KernelHint
+    from agents.strategist import OfflineCoder
+    from agents.strategist.embed import embed_kernels
+    from agents.strategist.triton_kernels.option import STRATEGY
+    from kloom.static_check import check_candidate
+
+    # As a kept kernel candidate holds them: the library's modules embedded, and a ModelNew.
+    kept = ("import torch\n" + embed_kernels(["kernels.softmax.kernel"])
+            + "\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    hint = KernelHint(kernel_id="k7", code=kept, strategy=STRATEGY, params={}, speedup=1.4, workload_name="w", similarity=1.0,
+                      same_workload=True, exact=True)
+    pin = TunedConfig("_sm_rows_single", [300, 16, "torch.float32"], {"ROWS": 4}, 8, 3)
+    shutil.copy(WORKLOADS / "softmax_rows.py", tmp_path / "w.py")
+    ctx = planning_context(tmp_path / "w.py", None)
+    ctx.kb = KBAdvice(kernels=[hint], tuned=[pin])
+    code = OfflineCoder().write(Plan(strategy="kb_reuse", params={"kernel_id": "k7"}), ctx).code
+    assert code.startswith(kept) and "seed_tuned([_sm_rows_single], [" in code
+    assert code.count("def seed_tuned(") == 1 and check_candidate(code) == []
+    ctx.kb = KBAdvice(kernels=[hint])
+    assert OfflineCoder().write(Plan(strategy="kb_reuse", params={"kernel_id": "k7"}), ctx).code == kept, "no choices: as kept"
