@@ -175,28 +175,28 @@ def kernel_offers(a: Analysis) -> list[KernelOffer]:
         offers.append(_placed(KernelOffer({"wrapper": COMPILED, "templates": hybrid.templates, "compile_mode": "default"},
                                           score + 0.02 * min(rest, 10), why, hybrid_setup_s), hybrid, a))
     capturable = a.device == "cuda" and a.graph_capturable
+    # The graphed forms' prior: the reference's own launch overhead (what a graph saves), an
+    # estimated share ``lb`` of its time.
+    lb = launch_bound(a) if capturable else 0.0
+    graph_score = 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0)
     if rest and capturable and not graph_costs_more(a, compiled_host_ms(hybrid, a)):
-        lb = launch_bound(a)
         why_graph = (f"{why}; the compiled step captured in one CUDA graph (inductor's fusion around the kernels, and "
                      f"nothing launched from Python: the reference's own launch overhead an estimated {100 * lb:.0f}% of its time)")
         # Beside the graphed plain replay, as the hybrid is beside the plain one: ahead of it by
         # what inductor has to fuse.
         offers.append(KernelOffer({"wrapper": COMPILED_GRAPH, "templates": hybrid.templates, "compile_mode": "default"},
-                                  0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0) + 0.02 * min(rest, 10), why_graph,
-                                  hybrid_setup_s))
+                                  graph_score + 0.02 * min(rest, 10), why_graph, hybrid_setup_s))
     offers[0] = _placed(offers[0], plan, a)
     # The graph saves the replay's host time (its kernels' launches from Python), not only the
     # reference's ~8 us a launch: a GEMM region's call alone costs ~0.2 ms of host time, which the
     # judge counts (it times each call from an idle GPU).
     host_ms = replay_host_ms(plan, a)
     if capturable and not graph_costs_more(a, host_ms):
-        lb = launch_bound(a)
         why = (f"{rationale}; the replay captured in one CUDA graph, so neither its operators nor its kernels are "
                f"launched from Python (the replay's host time, ~{host_ms:.2g} ms a call, against ~{graph_copies_ms(a):.2g} ms "
                f"of copies into and out of the graph's buffers; the reference's own launch overhead an estimated "
                f"{100 * lb:.0f}% of its time)")
-        offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, 0.3 + lb + 0.3 * min(share, 1.0) + (0.2 if proven else 0.0), why,
-                                  setup_s))
+        offers.append(KernelOffer({"wrapper": GRAPHED, "templates": plan.templates}, graph_score, why, setup_s))
     return offers
 
 
