@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+from kloom.tuning import parse_tuned
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
 from . import device_share, integrity, precision
@@ -27,8 +28,6 @@ from . import tensors as T
 from .groups import reused_groups
 from .rank import RankBase, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
 
-#: What an autotuning key may hold to be reported (``_tuned``).
-_PLAIN = (int, float, str, bool, type(None))
 #: Set by the pool for candidate ranks whose outputs the same GPU's reference ranks map.
 SHARE_DEVICE_ENV = "KLOOM_SHARE_DEVICE"
 
@@ -201,7 +200,8 @@ class CandidateRank(RankBase):
         from kernels.tuning import tuned_choices  # lazy: imports Triton, which this candidate already did
 
         try:
-            # Plain values only travel: a key of other objects (a tensor, say) is no choice to keep.
-            return [c for c in tuned_choices(vars(module)) if all(isinstance(v, _PLAIN) for v in c["key"])]
+            # The judge's own filter, here too, so that only plain values travel back (a key of
+            # other objects, a tensor say, is no choice to keep); the judge applies it again.
+            return [t.to_dict() for t in parse_tuned(tuned_choices(vars(module)))]
         except Exception:  # the candidate's objects may be anything; no choices is the answer then
             return []
