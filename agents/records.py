@@ -12,6 +12,7 @@ again where one is read (``from_dict``).
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -189,13 +190,38 @@ class Step:
         return cls(**raw)
 
 
+def pooled_reference_ms(steps: list[Step]) -> float | None:
+    """The median of the reference's own times over a job's correct, timed steps (None with fewer
+    than two): what the reference takes across the job, not in one evaluation."""
+    times = [s.timing.reference_ms for s in steps if s.reported_speedup is not None and s.timing is not None
+             and s.timing.reference_ms > 0]
+    return statistics.median(times) if len(times) >= 2 else None
+
+
+def ranking_speedup(step: Step, pooled_ms: float | None) -> float:
+    """What a correct step is ranked by among a job's steps: the lower of its speedup as reported
+    (its own reference over its candidate, side by side) and the job's pooled reference time over
+    its candidate's own time. A step's ratio cancels the drift both sides share, but not a
+    reference that ran slow in that evaluation alone: a launch-bound reference swings with the
+    host far more than a graph-launched candidate (causal_attention_block on one H100: 0.53-0.88 ms
+    across five steps, the largest ratio 7.40x for a candidate slower than another step's at
+    6.44x). Taking the lower of the two never credits a step for its reference's bad luck."""
+    own = step.reported_speedup
+    assert own is not None, "only correct steps are ranked"
+    timing = step.timing
+    if pooled_ms is None or timing is None or not timing.candidate_ms > 0:
+        return own
+    return min(own, pooled_ms / timing.candidate_ms)
+
+
 def best_of(steps: list[Step]) -> Step | None:
-    """The correct step with the highest speedup as reported (``Step.reported_speedup``; ties: the
-    earliest). Each speedup compares the candidate with the reference timed beside it, over the
-    same seconds; candidate times of different evaluations also differ by whatever the machine
-    did between them."""
+    """The job's best step: the correct step ranked highest by ``ranking_speedup`` (ties: the
+    earliest). What is reported for it is still its own speedup and interval, measured side by
+    side in its evaluation (``Step.reported_speedup``); the ranking only keeps a reference's slow
+    evaluation from choosing the step."""
     correct = [s for s in steps if s.reported_speedup is not None]
-    return max(correct, key=lambda s: (s.reported_speedup, -s.index)) if correct else None
+    pooled = pooled_reference_ms(correct)
+    return max(correct, key=lambda s: (ranking_speedup(s, pooled), -s.index)) if correct else None
 
 
 @dataclass
@@ -217,7 +243,7 @@ class Trajectory:
     # Derived, never stored separately -----------------------------------------------------------
     @property
     def best_step(self) -> Step | None:
-        """The correct step with the highest speedup as reported (ties: the earliest): ``best_of``."""
+        """The job's best step (``best_of``)."""
         return best_of(self.steps)
 
     @property

@@ -7,9 +7,8 @@ from typing import Protocol
 
 from kloom.evaluation import EvalResult
 from kloom.profile import Profile
-from kloom.speedup import reported_speedup
 
-from .records import Plan
+from .records import Plan, Step, best_of
 from .roles import Evaluator, PlanningContext, Verdict
 
 
@@ -44,11 +43,12 @@ class Verifier:
 
 
 def beats_best(result: EvalResult, plan: Plan, ctx: PlanningContext) -> bool:
-    """Whether a correct candidate's speedup, as reported (``kloom.speedup.reported_speedup``, the
-    rule the job's best step is chosen by), is above the best step's so far."""
-    best = ctx.best
-    speedup = reported_speedup(result.timing.speedup, plan.strategy) if result.timing else None
-    return speedup is not None and speedup > (best.reported_speedup if best else 0.0)
+    """Whether a correct candidate would become the job's best step (``agents.records.best_of``,
+    the rule the job's best is chosen by, over the steps so far and this one)."""
+    if not (result.correct and result.timing):
+        return False
+    probe = Step(index=1 + max((s.index for s in ctx.history), default=-1), plan=plan, status="correct", evaluation=result)
+    return best_of([*ctx.history, probe]) is probe
 
 
 def feedback(result: EvalResult, plan: Plan, profile: Profile | None, ctx: PlanningContext) -> str:

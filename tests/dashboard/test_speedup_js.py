@@ -60,3 +60,32 @@ def test_the_dashboard_reads_speedups_as_kloom_does(tmp_path):
         else:
             assert low == pytest.approx(m.low) and high == pytest.approx(m.high)
     assert [g[2] for g in got] == ["faster", "no measurable change", "slower", "faster", "unmeasured", "no measurable change", "no measurable change"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_the_dashboards_best_so_far_is_the_step_the_job_calls_its_best(tmp_path):
+    """The plot's best-so-far line ends at the job's best step (``agents.records.best_of``): a
+    reference that ran slow in one evaluation does not choose the step there either."""
+    import random
+
+    from agents.records import Plan, Step, best_of
+
+    rng = random.Random(3)
+    jobs = [[(0.610, 0.0947), (0.883, 0.1194), (0.531, 0.1036)]]  # causal_attention_block, one H100
+    jobs += [[(rng.uniform(0.4, 0.9), rng.uniform(0.08, 0.2)) for _ in range(rng.randint(1, 6))] for _ in range(60)]
+    expected, views = [], []
+    for times in jobs:
+        steps = []
+        for i, (ref, cand) in enumerate(times):
+            speedup = ref / cand
+            timing = eval_records.timing(speedup, cand, ref, speedup_ci_low=0.95 * speedup, speedup_ci_high=1.05 * speedup)
+            steps.append(Step(index=i, plan=Plan(strategy="triton_kernels"), status="correct", evaluation=eval_records.evaluation(timing=timing)))
+        assert all(measured(s.timing).measurable_win for s in steps)
+        expected.append(best_of(steps).index)
+        views.append([{"index": s.index, "status": "correct", "strategy": "triton_kernels", "verdict": "faster", "speedup": s.timing.speedup,
+                       "reference_ms": s.timing.reference_ms, "candidate_ms": s.timing.candidate_ms} for s in steps])
+    script = tmp_path / "best.mjs"
+    script.write_text(f'import {{ bestWin }} from "{JS.as_posix()}";\nconst jobs = {json.dumps(views)};\n'
+                      "console.log(JSON.stringify(jobs.map((steps) => bestWin(steps).index)));\n")
+    got = json.loads(subprocess.run(["node", str(script)], capture_output=True, text=True, check=True, timeout=60).stdout)
+    assert got == expected and got[0] == 0, "the causal block's best is the fastest candidate, not the 7.40x step"

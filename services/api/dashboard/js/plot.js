@@ -3,7 +3,7 @@
 
 import { h, s } from "./dom.js";
 import * as fmt from "./format.js";
-import { isWin } from "./speedup.js";
+import { bestWin } from "./speedup.js";
 
 const W = 960;
 
@@ -117,29 +117,31 @@ export function trajectoryPlot({ steps, jobId, floorSpeedup, stepsPlanned = 1, e
     );
   }
 
-  // The best-so-far step line: flat until a correct candidate beats it.
+  // The best-so-far step line: flat until a correct candidate beats it. Only measurable wins
+  // count, ranked as the job ranks its steps (bestWin: speedup.js), so the line ends at the step the
+  // job reports; a later step can re-rank an earlier one (the pooled reference moves).
+  const ordered = [...steps].sort((a, b) => a.index - b.index);
+  const bestAt = ordered.map((st, i) => bestWin(ordered.slice(0, i + 1)));
   let best = null;
   const path = [];
-  for (const st of [...steps].sort((a, b) => a.index - b.index)) {
-    // Only measurable wins over the reference move the line (isWin: speedup.js).
-    if (isWin(st) && st.speedup > 0 && (best === null || st.speedup > best)) {
-      if (best !== null) path.push(`L${x(st.index)},${y(best)}`);
-      best = st.speedup;
-      path.push(`${path.length ? "L" : "M"}${x(st.index)},${y(best)}`);
+  ordered.forEach((st, i) => {
+    const now = bestAt[i];
+    if (now && now !== best) {
+      if (best !== null) path.push(`L${x(st.index)},${y(best.speedup)}`);
+      best = now;
+      path.push(`${path.length ? "L" : "M"}${x(st.index)},${y(best.speedup)}`);
     }
-  }
+  });
   if (best !== null) {
-    path.push(`L${W - m.right},${y(best)}`);
+    path.push(`L${W - m.right},${y(best.speedup)}`);
     svg.append(s("path", { d: path.join(" "), class: "best-line" }));
   }
 
   const points = s("g", { class: "points" });
-  let runningBest = null;
-  for (const st of [...steps].sort((a, b) => a.index - b.index)) {
+  ordered.forEach((st, i) => {
     const kind = markOf(st.status);
     const isCorrect = kind === "correct" && st.speedup > 0;
-    const newBest = isCorrect && isWin(st) && (runningBest === null || st.speedup > runningBest);
-    if (newBest) runningBest = st.speedup;
+    const newBest = isCorrect && bestAt[i] === st;
     const cy = isCorrect ? y(st.speedup) : stripY;
     const verdict = isCorrect && st.verdict && st.verdict !== "faster" ? ` (${st.verdict})` : "";
     const label = `step ${st.index}: ${st.strategy || "?"}, ${st.status.replace(/_/g, " ")}${isCorrect ? `, ${fmt.speedup(st.speedup)}${verdict}` : ""}`;
@@ -149,7 +151,7 @@ export function trajectoryPlot({ steps, jobId, floorSpeedup, stepsPlanned = 1, e
     points.append(
       s("a", { href: `#/jobs/${jobId}/steps/${st.index}`, "aria-label": label, class: "point", "data-status": st.status, "data-index": st.index }, s("title", {}, label), mark),
     );
-  }
+  });
   svg.append(points);
   if (!steps.length) {
     svg.append(s("text", { x: (W + m.left) / 2, y: m.top + (plotBottom - m.top) * 0.3, class: "plot-empty", "text-anchor": "middle" }, emptyText));

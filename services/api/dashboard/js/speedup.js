@@ -41,3 +41,26 @@ export function measured(timing) {
 export function isWin(step) {
   return step.status === "correct" && step.strategy !== "reference_copy" && step.verdict === "faster";
 }
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/**
+ * The measurable win a job ranks first among `steps` (agents/records.py, best_of, the same rule),
+ * or null: each step is ranked by the lower of its own speedup and the pooled reference (the median
+ * of the correct steps' reference times) over its candidate's time, so that a reference that ran
+ * slow in one evaluation does not choose the step; ties go to the earliest.
+ */
+export function bestWin(steps) {
+  const timed = steps.filter((st) => st.status === "correct" && st.speedup > 0 && st.reference_ms > 0);
+  const pooled = timed.length >= 2 ? median(timed.map((st) => st.reference_ms)) : null;
+  const rank = (st) => (pooled !== null && st.candidate_ms > 0 ? Math.min(st.speedup, pooled / st.candidate_ms) : st.speedup);
+  let best = null;
+  for (const st of [...steps].sort((a, b) => a.index - b.index)) {
+    if (isWin(st) && st.speedup > 0 && (best === null || rank(st) > rank(best))) best = st;
+  }
+  return best;
+}
