@@ -24,7 +24,9 @@ problem killed that way is recorded (``"status": "over_budget"``) and retried on
 it: per problem, eager and that mode measured again side by side in a child of their own (no kloom
 job; each child killed after ``--fill-timeout-s``, a compile that outlasts it is recorded as such).
 The mode's entry keeps the eager time of its own run and the device it ran on, and the report
-divides by that eager time, so the ratio never mixes two runs or two machines.
+divides by that eager time, so the ratio never mixes two runs or two machines. Problems are filled
+closest first: those where kloom's speedup over eager is nearest the best compile mode's measured
+so far, where the new mode is likeliest to change whether kloom is at least as fast.
 
 Problems are chosen by their files, never by name or id; kloom itself sees only the workload.
 """
@@ -173,10 +175,21 @@ def lacks(row: dict | None, mode: str) -> bool:
     return entry is None or entry.get("error") == UNFINISHED
 
 
+def kloom_margin(row: dict) -> float:
+    """kloom's speedup over eager divided by the best compile mode's measured in the row (inf
+    where either is missing): how far kloom is ahead of compiling."""
+    modes = row.get("modes") or {}
+    eager = (modes.get("eager") or {}).get("ms")
+    compiled = [m.get("eager_ms") or eager for m in modes.values()], [m.get("ms") for m in modes.values()]
+    best = max((e / t for e, t in zip(*compiled) if e and t), default=None)
+    kloom = (row.get("kloom") or {}).get("result_speedup")
+    return kloom / max(best, 1.0) if kloom and best else float("inf")
+
+
 def fill(args, workloads: list[dict], rows: dict[str, dict], partial: Path, started: float) -> int:
     """``--fill``: ``args.fill`` measured beside eager for the measured problems that lack it."""
     mode = args.fill
-    todo = [w for w in workloads if lacks(rows.get(w["name"]), mode)]
+    todo = sorted((w for w in workloads if lacks(rows.get(w["name"]), mode)), key=lambda w: kloom_margin(rows[w["name"]]))
     if args.limit is not None:
         todo = todo[: args.limit]
     print(f"{len(todo)} measured problems lack {mode}", flush=True)

@@ -147,6 +147,26 @@ def test_problems_named_first_run_first_in_the_order_named():
     assert in_order(walked, []) == walked
 
 
+def test_a_fill_starts_where_kloom_is_closest_to_the_best_compile_mode():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    try:
+        from kernelbench_run import kloom_margin
+    finally:
+        sys.path.pop(0)
+
+    def row(kloom, eager_ms, default_ms, **more):
+        return {"status": "measured", "kloom": {"result_speedup": kloom} if kloom else {},
+                "modes": {"eager": {"ms": eager_ms}, "default": {"ms": default_ms}, **more}}
+
+    ahead = row(3.0, 2.0, 1.0)  # 3x against compile's 2x: 1.5
+    level = row(1.0, 2.0, 2.2)  # compile slower than eager: kloom's 1.0x against eager's, 1.0
+    near = row(2.1, 2.0, 1.0)  # 2.1x against 2x: 1.05
+    # Another mode's ratio over the eager time measured beside it, not the row's.
+    other = row(2.0, 2.0, 2.0, **{"max-autotune": {"ms": 1.0, "eager_ms": 4.0}})
+    assert [kloom_margin(r) for r in (ahead, level, near, other)] == pytest.approx([1.5, 1.0, 1.05, 0.5])
+    assert kloom_margin(row(None, 2.0, 1.0)) == float("inf") and kloom_margin({"modes": {}}) == float("inf")
+
+
 def test_the_device_peak_takes_no_sample_while_a_judge_times(tmp_path, monkeypatch):
     """NVML's queries stall CUDA calls: the harness's sampler keeps out of the judge's blocks."""
     import time
