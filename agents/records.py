@@ -214,14 +214,30 @@ def ranking_speedup(step: Step, pooled_ms: float | None) -> float:
     return min(own, pooled_ms / timing.candidate_ms)
 
 
+def steps_self_bias(steps: list[Step]) -> float:
+    """The side bias a job's timing showed (``kloom.speedup.self_timing_bias``): how far the
+    reference's own copy, where a step ran it correctly, read from 1.0x (the furthest where
+    several did)."""
+    copies = [s.speedup for s in steps if s.plan.strategy == REFERENCE_COPY and s.speedup is not None]
+    return max((self_timing_bias(x) for x in copies), default=0.0)
+
+
+def is_win(step: Step, bias: float) -> bool:
+    """Whether a step is a measurable win over the reference (never the reference's own copy)."""
+    m = measured(step.timing, bias) if step.correct else None
+    return step.plan.strategy != REFERENCE_COPY and m is not None and m.measurable_win
+
+
 def best_of(steps: list[Step]) -> Step | None:
-    """The job's best step: the correct step ranked highest by ``ranking_speedup`` (ties: the
-    earliest). What is reported for it is still its own speedup and interval, measured side by
-    side in its evaluation (``Step.reported_speedup``); the ranking only keeps a reference's slow
-    evaluation from choosing the step."""
+    """The job's best step: a measurable win before any step that is not one (a larger ratio
+    inside the noise does not hide a kernel that is faster beyond it), then the highest
+    ``ranking_speedup`` (ties: the earliest). What is reported for it is still its own speedup and
+    interval, measured side by side in its evaluation (``Step.reported_speedup``); the ranking
+    only keeps a reference's slow evaluation from choosing the step."""
     correct = [s for s in steps if s.reported_speedup is not None]
     pooled = pooled_reference_ms(correct)
-    return max(correct, key=lambda s: (ranking_speedup(s, pooled), -s.index)) if correct else None
+    bias = steps_self_bias(correct)
+    return max(correct, key=lambda s: (is_win(s, bias), ranking_speedup(s, pooled), -s.index)) if correct else None
 
 
 @dataclass
@@ -257,8 +273,7 @@ class Trajectory:
         """The side bias of this job's timing (``kloom.speedup.self_timing_bias``): how far the
         reference's own copy, when a step ran it correctly, read from 1.0x (the copy read
         furthest from 1.0 where several did)."""
-        copies = [s.speedup for s in self.steps if s.plan.strategy == REFERENCE_COPY and s.speedup is not None]
-        return max((self_timing_bias(x) for x in copies), default=0.0)
+        return steps_self_bias(self.steps)
 
     @property
     def outcome(self) -> str:
@@ -269,10 +284,7 @@ class Trajectory:
         best = self.best_step
         if best is None:
             return "no correct kernel"
-        m = measured(best.timing, self.self_bias)
-        if best.plan.strategy == REFERENCE_COPY or m is None or not m.measurable_win:
-            return NO_FASTER
-        return FASTER
+        return FASTER if is_win(best, self.self_bias) else NO_FASTER
 
     @property
     def result_speedup(self) -> float | None:

@@ -101,3 +101,20 @@ def test_the_verifiers_new_best_follows_the_jobs_rule():
         ctx.history = _job([("torch_compile", rng.uniform(0.4, 0.9), rng.uniform(0.08, 0.2)) for _ in range(rng.randint(1, 4))]).steps
         step = _step(len(ctx.history), "triton_kernels", rng.uniform(0.4, 0.9), rng.uniform(0.08, 0.2))
         assert beats_best(step.evaluation, step.plan, ctx) == (best_of([*ctx.history, step]) is step)
+
+
+def test_a_measurable_win_is_the_best_before_a_larger_ratio_inside_the_noise():
+    def step(index, strategy, speedup, low, high):
+        timing = eval_records.timing(speedup, 1.0, speedup, speedup_ci_low=low, speedup_ci_high=high)
+        return Step(index=index, plan=Plan(strategy=strategy), status="correct", evaluation=eval_records.evaluation(timing=timing))
+
+    noisy, win = step(0, "cuda_graph", 1.3, 0.8, 1.9), step(1, "torch_compile", 1.2, 1.15, 1.25)
+    traj = Trajectory(job=JobSpec(workload="w.py", world_size=1), workload_name="w", state="succeeded", steps=[noisy, win])
+    assert traj.best_step is win and traj.outcome == "faster kernel found" and traj.result_speedup == pytest.approx(1.2)
+    # Without the win, the larger ratio is the best, and the reference stands.
+    alone = Trajectory(job=JobSpec(workload="w.py", world_size=1), workload_name="w", state="succeeded", steps=[noisy])
+    assert alone.best_step is noisy and alone.outcome == "no faster kernel found" and alone.result_speedup == 1.0
+    # The reference's copy is never the win, however it reads; a copy that read 1.3x widens every verdict.
+    copy = step(2, REFERENCE_COPY, 1.3, 1.25, 1.35)
+    biased = Trajectory(job=JobSpec(workload="w.py", world_size=1), workload_name="w", state="succeeded", steps=[noisy, win, copy])
+    assert biased.self_bias == pytest.approx(0.3) and biased.outcome == "no faster kernel found"

@@ -89,3 +89,27 @@ def test_the_dashboards_best_so_far_is_the_step_the_job_calls_its_best(tmp_path)
                       "console.log(JSON.stringify(jobs.map((steps) => bestWin(steps).index)));\n")
     got = json.loads(subprocess.run(["node", str(script)], capture_output=True, text=True, check=True, timeout=60).stdout)
     assert got == expected and got[0] == 0, "the causal block's best is the fastest candidate, not the 7.40x step"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_the_dashboard_widens_verdicts_by_the_jobs_side_bias_as_kloom_does(tmp_path):
+    """A job whose reference's own copy read away from 1.0x credits only changes beyond that, on
+    the dashboard as in the job's outcome (``agents.records.steps_self_bias``)."""
+    from agents.records import Plan, Step, steps_self_bias
+
+    copy = Step(index=0, plan=Plan(strategy="reference_copy"), status="correct",
+                evaluation=eval_records.evaluation(timing=eval_records.timing(1 / 1.2, 1.2, 1.0, speedup_ci_low=0.8, speedup_ci_high=0.86)))
+    bias = steps_self_bias([copy])
+    assert bias == pytest.approx(0.2)
+    script = tmp_path / "bias.mjs"
+    script.write_text(
+        f'import {{ measured, selfBias }} from "{JS.as_posix()}";\n'
+        f"const copy = {json.dumps(copy.to_dict())};\n"
+        f"const cases = {json.dumps([dataclasses.asdict(c) for c in CASES])};\n"
+        "const bias = selfBias([copy, { status: 'failed', plan: { strategy: 'reference_copy' } }]);\n"
+        "console.log(JSON.stringify([bias, cases.map((t) => measured(t, bias).verdict)]));\n"
+    )
+    got_bias, verdicts = json.loads(subprocess.run(["node", str(script)], capture_output=True, text=True, check=True, timeout=60).stdout)
+    assert got_bias == pytest.approx(bias)
+    assert verdicts == [measured(c, bias).verdict for c in CASES]
+    assert verdicts != [measured(c).verdict for c in CASES], "the bias turns some verdict"

@@ -25,14 +25,27 @@ function statsInterval(reference, candidate) {
   return [ratio * Math.exp(-half), ratio * Math.exp(half)];
 }
 
-/** {speedup, reference_ms, candidate_ms, low, high, verdict} of a step's timing record, or null. */
-export function measured(timing) {
+/**
+ * The side bias a job's timing showed (kloom.speedup.self_timing_bias over agents.records
+ * steps_self_bias): how far the reference's own copy, where a step ran it correctly, read from 1.0x.
+ * `steps`: the job's step records.
+ */
+export function selfBias(steps) {
+  const copies = steps.filter((st) => st.status === "correct" && st.plan?.strategy === "reference_copy" && st.evaluation?.timing?.speedup > 0);
+  return Math.max(0, ...copies.map((st) => Math.max(st.evaluation.timing.speedup, 1 / st.evaluation.timing.speedup) - 1));
+}
+
+/**
+ * {speedup, reference_ms, candidate_ms, low, high, verdict} of a step's timing record, or null;
+ * `bias`: the job's side bias (selfBias), which widens the verdict's floor.
+ */
+export function measured(timing, bias = 0) {
   if (!timing || timing.speedup === null || timing.speedup === undefined) return null;
   let ci = timing.speedup_ci_low != null && timing.speedup_ci_high != null ? [timing.speedup_ci_low, timing.speedup_ci_high] : null;
   if (!ci) ci = statsInterval(timing.reference, timing.candidate);
   const [low, high] = ci || [null, null];
   const referenceMs = timing.reference_ms != null ? timing.reference_ms : timing.speedup * timing.candidate_ms;
-  const floor = noiseFloor(Math.min(referenceMs, timing.candidate_ms));
+  const floor = (1 + noiseFloor(Math.min(referenceMs, timing.candidate_ms))) * (1 + bias) - 1;
   const verdict = low === null ? "unmeasured" : low / (1 + floor) > 1 ? "faster" : high * (1 + floor) < 1 ? "slower" : "no measurable change";
   return { speedup: timing.speedup, reference_ms: timing.reference_ms, candidate_ms: timing.candidate_ms, low, high, verdict };
 }

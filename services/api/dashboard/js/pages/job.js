@@ -5,12 +5,12 @@ import { API, allSteps, get, post } from "../api.js";
 import { badge, empty, errorBox, facts, h, keepFocus, replace, table } from "../dom.js";
 import * as fmt from "../format.js";
 import { trajectoryLegend, trajectoryPlot } from "../plot.js";
-import { isWin, measured } from "../speedup.js";
+import { isWin, measured, selfBias } from "../speedup.js";
 
 const FINISHED = new Set(["succeeded", "failed", "cancelled", "stopped"]);
 
-function speedupFacts(timing) {
-  const m = measured(timing);
+function speedupFacts(timing, bias) {
+  const m = measured(timing, bias);
   return m ? { reference_ms: m.reference_ms, low: m.low, high: m.high, verdict: m.verdict } : {};
 }
 
@@ -20,8 +20,8 @@ export function speedupText(st) {
   return `${fmt.speedup(st.speedup)} (${fmt.ms(st.reference_ms)} / ${fmt.ms(st.candidate_ms)}${ci})`;
 }
 
-/** The step's row fields from its record (agents.records.Step). */
-export function stepView(step) {
+/** The step's row fields from its record (agents.records.Step); `bias`: the job's (selfBias). */
+export function stepView(step, bias = 0) {
   const data = step.data || step;
   const timing = data.evaluation?.timing;
   const correct = data.status === "correct";
@@ -31,7 +31,7 @@ export function stepView(step) {
     strategy: data.plan?.strategy,
     source: data.plan?.source,
     speedup: correct ? timing?.speedup ?? null : null,
-    ...(correct ? speedupFacts(timing) : {}),
+    ...(correct ? speedupFacts(timing, bias) : {}),
     candidate_ms: correct ? timing?.candidate_ms ?? null : null,
     fraction: correct ? data.evaluation?.roofline?.fraction_of_floor ?? null : null,
     tokens: (data.usage?.prompt_tokens || 0) + (data.usage?.completion_tokens || 0),
@@ -72,7 +72,8 @@ export async function jobPage(main, [jobId]) {
 
   function draw() {
     const { job, traj } = state;
-    const steps = [...state.steps.values()].sort((a, b) => a.index - b.index).map(stepView);
+    const bias = selfBias([...state.steps.values()]);
+    const steps = [...state.steps.values()].sort((a, b) => a.index - b.index).map((st) => stepView(st, bias));
     keepFocus(head, () => replace(
       head,
       h("div", {}, h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", fmt.shortId(job.id)), h("h1", {}, job.workload_name, " ", badge(job.state))),
