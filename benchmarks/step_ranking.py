@@ -6,7 +6,7 @@ do (a launch-bound reference, timed from an idle GPU, swings with the host), the
 favours the step whose reference ran slowest. Three rules side by side, for each job with two
 or more correct steps: the largest ratio (kloom's rule until the forty-first session), a pooled
 reference alone (the median of every step's reference time over each candidate's own time), and
-kloom's rule now (``agents.records.best_of``: the lower of the two for each step). The table lists
+kloom's rule now (``agents.records.best_of``: measurable wins first, then the lower of the two). The table lists
 the jobs where kloom's choice is not the largest ratio's, with both steps' times.
 
     python3 benchmarks/step_ranking.py results/gpu [--min-spread 0.1] [--out FILE.md]
@@ -81,7 +81,7 @@ def main() -> None:
     differ = [r for r in rows if r["chosen"] != r["kloom"]]
     pooled = sum(r["chosen"] != r["pooled"] for r in rows)
     lines = [f"{len(rows)} jobs with two or more correct steps; the pooled reference alone would choose another step than the "
-             f"largest ratio in {pooled}, kloom's rule (the lower of the two) in {len(differ)}, "
+             f"largest ratio in {pooled}, kloom's rule (agents.records.best_of) in {len(differ)}, "
              f"{sum(r['own_time_gain'] < 1 for r in differ)} of them a candidate slower by its own time",
              "", "| job | steps | reference spread | largest ratio (ref / cand ms, speedup) | kloom's choice (ref / cand ms, its own speedup) | own-time gain |",
              "|---|---|---|---|---|---|"]
