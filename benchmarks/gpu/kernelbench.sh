@@ -21,9 +21,11 @@ CANDIDATES="${3:-3}"
 # KB_MODES=eager,default leaves max-autotune out (it compiles for minutes per problem).
 MODES="${KB_MODES:-eager,default,max-autotune}"
 # KB_FILL=max-autotune adds that mode to the problems measured without it, beside an eager time of
-# its own, with no kloom job (kernelbench_run.py --fill); KB_FILL_TIMEOUT_S bounds each problem.
+# its own, with no kloom job (kernelbench_run.py --fill); KB_FILL_TIMEOUT_S bounds each problem;
+# KB_FILL_ELSEWHERE=1 measures again, on the rows' own machine, the entries taken on another one.
 EXTRA=()
 [ -n "${KB_FILL:-}" ] && EXTRA=(--fill "$KB_FILL" --fill-timeout-s "${KB_FILL_TIMEOUT_S:-150}")
+[ -n "${KB_FILL:-}" ] && [ "${KB_FILL_ELSEWHERE:-0}" = 1 ] && EXTRA+=(--fill-elsewhere)
 # KB_FIRST=level1/81_,level2/11_ runs those problems first, in that order (kernelbench_subset.sh sets it).
 [ -n "${KB_FIRST:-}" ] && EXTRA+=(--first "$KB_FIRST")
 DEVICE="${KB_DEVICE:-cuda}"  # cpu: a dry run of this script's logic on a machine without a GPU

@@ -107,6 +107,8 @@ def main() -> int:
     ap.add_argument("--first", default="", help="comma-separated level/file-name prefixes (level1/81_) to run first, in that order")
     ap.add_argument("--fill", default=None, help="add this compile mode to measured problems that lack it (no kloom job)")
     ap.add_argument("--fill-timeout-s", type=float, default=150.0, help="with --fill: a problem's child is killed after this")
+    ap.add_argument("--fill-elsewhere", action="store_true",
+                    help="with --fill: also measure again the entries of that mode taken on another machine than their row's")
     args = ap.parse_args()
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -167,12 +169,15 @@ def main() -> int:
 UNFINISHED = "not finished within the call's budget"
 
 
-def lacks(row: dict | None, mode: str) -> bool:
-    """A measured problem without ``mode``, or whose ``mode`` a call's budget cut short."""
+def lacks(row: dict | None, mode: str, elsewhere: bool = False) -> bool:
+    """A measured problem without ``mode``, or whose ``mode`` a call's budget cut short; with
+    ``elsewhere``, also one whose ``mode`` was measured on another machine than the row."""
     if row is None or row.get("status") != "measured":
         return False
     entry = (row.get("modes") or {}).get(mode)
-    return entry is None or entry.get("error") == UNFINISHED
+    if entry is None or entry.get("error") == UNFINISHED:
+        return True
+    return elsewhere and entry.get("device") not in (None, row.get("device"))
 
 
 def kloom_margin(row: dict) -> float:
@@ -189,7 +194,8 @@ def kloom_margin(row: dict) -> float:
 def fill(args, workloads: list[dict], rows: dict[str, dict], partial: Path, started: float) -> int:
     """``--fill``: ``args.fill`` measured beside eager for the measured problems that lack it."""
     mode = args.fill
-    todo = sorted((w for w in workloads if lacks(rows.get(w["name"]), mode)), key=lambda w: kloom_margin(rows[w["name"]]))
+    todo = sorted((w for w in workloads if lacks(rows.get(w["name"]), mode, args.fill_elsewhere)),
+                  key=lambda w: kloom_margin(rows[w["name"]]))
     if args.limit is not None:
         todo = todo[: args.limit]
     print(f"{len(todo)} measured problems lack {mode}", flush=True)
@@ -212,6 +218,10 @@ def fill(args, workloads: list[dict], rows: dict[str, dict], partial: Path, star
             entry = {"error": f"eager and {mode} together did not finish within {args.fill_timeout_s:.0f} s (compile included)"}
         entry.update(eager_ms=eager.get("ms"), device=child.get("device"), took_s=round(took, 1))
         row = rows[w["name"]]
+        if args.fill_elsewhere and child.get("device") and child.get("device") != row.get("device"):
+            # Measuring again where the old entry came from, or on a third machine, mends nothing.
+            print(f"stopping: this machine ({child.get('device')}) is not {w['name']}'s ({row.get('device')})", flush=True)
+            break
         row.setdefault("modes", {})[mode] = entry
         with partial.open("a") as f:
             f.write(json.dumps(row) + "\n")

@@ -214,3 +214,48 @@ def test_a_checkout_of_one_level_runs_it_alone(tmp_path):
     out = _run("benchmarks/gpu/kernelbench_run.py", "--kernelbench", str(tmp_path), "--device", "cpu", "--out", str(tmp_path / "o"), "--budget-s", "20", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "1 imported, 0 not imported" in out.stdout and "0/1 problems settled" in out.stdout
+
+
+def test_a_fill_elsewhere_measures_again_only_on_the_rows_own_machine(tmp_path, monkeypatch):
+    """``--fill-elsewhere``: an entry of the mode taken on another machine than its row's is
+    measured again, and a call on a machine that is not the row's stops before writing it."""
+    import time
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    try:
+        import kernelbench_run as run
+    finally:
+        sys.path.pop(0)
+
+    def row(name, device, entry):
+        modes = {"eager": {"ms": 2.0}, "default": {"ms": 1.5}}
+        if entry is not None:
+            modes["max-autotune"] = entry
+        return {"workload": name, "status": "measured", "device": device, "kloom": {"result_speedup": 1.5}, "modes": modes}
+
+    here, there = {"ms": 1.0, "eager_ms": 2.0, "device": "H100"}, {"ms": 0.9, "eager_ms": 2.1, "device": "H200"}
+    same, moved, missing = row("same", "H100", here), row("moved", "H100", there), row("missing", "H100", None)
+    cut = row("cut", "H100", {"error": run.UNFINISHED, "device": "H100"})
+    assert [run.lacks(r, "max-autotune") for r in (same, moved, missing, cut)] == [False, False, True, True]
+    assert [run.lacks(r, "max-autotune", elsewhere=True) for r in (same, moved, missing, cut)] == [False, True, True, True]
+    assert not run.lacks({"status": "failed"}, "max-autotune", elsewhere=True)
+
+    rows = {r["workload"]: r for r in (same, moved)}
+    args = SimpleNamespace(fill="max-autotune", fill_elsewhere=True, fill_timeout_s=60.0, budget_s=1e6, limit=None)
+    partial = tmp_path / "partial.jsonl"
+    workloads = [{"name": n} for n in rows]
+
+    def child_on(device):
+        return lambda w, a, timeout_s, modes, kloom: {"device": device, "modes": {"eager": {"ms": 2.2}, "max-autotune": {"ms": 1.1}}}
+
+    monkeypatch.setattr(run, "run_child", child_on("H200"))
+    run.fill(args, workloads, rows, partial, started=time.monotonic())
+    assert not partial.exists() and rows["moved"]["modes"]["max-autotune"] == there  # the wrong machine wrote nothing
+
+    monkeypatch.setattr(run, "run_child", child_on("H100"))
+    run.fill(args, workloads, rows, partial, started=time.monotonic())
+    written = [json.loads(line) for line in partial.read_text().splitlines()]
+    assert [r["workload"] for r in written] == ["moved"]
+    assert written[0]["modes"]["max-autotune"]["device"] == "H100" and written[0]["modes"]["max-autotune"]["eager_ms"] == 2.2
+    assert rows["same"]["modes"]["max-autotune"] == here
