@@ -221,6 +221,31 @@ def get_init_inputs():
 '''
 
 
+WRITES = PROBE_HEADER + '''
+
+def get_init_inputs():
+    import time
+    place, chunk = "{place}", b"x" * (1 << 20)
+    if place == "output":  # printed: the rank's output goes to a file of its pool's directory
+        for _ in range(2048):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+            time.sleep(0.02)
+    elif place == "many_files":
+        for i in range(100000):
+            open(os.path.join(os.getcwd(), f"f{{dist.get_rank()}}.{{i}}"), "w").close()
+    else:
+        folder = {{"cwd": os.getcwd(), "cache": os.environ["TORCHINDUCTOR_CACHE_DIR"], "shm": "/dev/shm"}}[place]
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"fill.{{dist.get_rank()}}"), "wb") as fh:
+            for _ in range(2048):
+                fh.write(chunk)
+                fh.flush()
+                time.sleep(0.02)
+    return []
+'''
+
+
 def _settings(**overrides) -> EvalSettings:
     return EvalSettings.for_device("cpu", shapes="ci", call_timeout_s=20.0, timing_budget_s=0.1, min_iters=3, **overrides)
 
@@ -403,6 +428,25 @@ def test_open_files_are_capped(tmp_path):
     probed = _probe(tmp_path, OPEN_FILES, _settings(rank_open_files=64))
     assert probed.enforced["open_files"] == "RLIMIT_NOFILE 64"
     assert probed.reports and all(r["opened"] < 64 and "Too many open files" in r["error"] for r in probed.reports), probed.reports
+
+
+@pytest.mark.parametrize("place", ["output", "cwd", "cache", "shm", "many_files"])
+def test_what_ranks_write_is_bounded(tmp_path, place):
+    """A workload (or candidate) that prints or writes without end, in any place its view lets
+    it write, is stopped within seconds as a resource limit, not left to fill the service's disk
+    (or, through /dev/shm, its memory) until a call's deadline; the compiler caches it wrote into
+    are emptied."""
+    if place == "shm" and not (PLATFORM.root and PLATFORM.view):
+        pytest.skip("/dev/shm is the pool's own only in a rank's view")
+    settings = _settings(pool_write_bytes=24 << 20, pool_write_files=2000)
+    began = time.monotonic()
+    probed = _probe(tmp_path, WRITES, settings, place=place)
+    took = time.monotonic() - began
+    result = probed.result
+    assert result.status == "resource_limit", result.summary()
+    expected = "files" if place == "many_files" else "MiB to their directories"
+    assert expected in result.error.message and "reference" in result.error.message, result.error.message
+    assert took < 40, took  # unchecked, the writer alone runs 41 s
 
 
 @needs_root

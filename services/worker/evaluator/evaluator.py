@@ -384,7 +384,8 @@ class Evaluator:
 
 def _pool_failure(failure: PoolFailure) -> tuple[str, ErrorInfo]:
     """The status and error of an evaluation whose pool died or hung."""
-    status = "timeout" if failure.kind == "timeout" else "crashed"
+    # A pool whose ranks wrote past ``pool_write_bytes``/``pool_write_files`` was killed for it.
+    status = {"timeout": "timeout", "writes": "resource_limit"}.get(failure.kind, "crashed")
     return status, ErrorInfo(kind=failure.kind, message=str(failure), rank=failure.rank, log_tail=failure.log_tail)
 
 

@@ -23,6 +23,7 @@ from kloom.processes import (descendants, exit_description, log_tail, namespace_
                              wait_stopped)
 
 from . import sandbox
+from .disk_guard import DiskGuard
 from .pool_replies import PoolFailure, Replies
 from .protocol import recv_reply, send_command
 from .settings import EvalSettings
@@ -70,6 +71,7 @@ class RankPool:
         # sandbox sets itself up while the caller goes on (~0.09 s of every spare's begin).
         self._report: tuple[int, int, int] | None = None
         self._accepted: list[Connection] = []
+        self._disk: DiskGuard | None = None  # what the ranks write, watched (``disk_guard.py``)
         #: (bytes, dtype name) of the outputs the ranks will project, sent as they are admitted: a
         #: GPU rank loads the projection's kernel for them before it says it joined (``rank_main``),
         #: so that a spare admitted during one evaluation has it for the next (0.5 s in a new process).
@@ -116,6 +118,23 @@ class RankPool:
             self.kill()
             raise
 
+    def _watch_writes(self, cache: str) -> None:
+        s = self.settings
+        if not (s.pool_write_bytes or s.pool_write_files):
+            return
+        places = [self.workdir, cache, self.isolation.shm_dir if self.isolation else ""]
+        self._disk = DiskGuard(places, s.pool_write_bytes, s.pool_write_files, self._over_writes, caches=[cache])
+        self._disk.start(name=f"kloom-writes-{self.role}")
+
+    def _over_writes(self, reason: str) -> None:
+        """From the guard's thread: the ranks wrote past the limit; they die now (the caller's
+        request then says why)."""
+        for proc in list(self.procs):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def finish(self) -> None:
         """Wait until every rank begun by ``begin`` has joined (within ``start_timeout_s`` of it)."""
         listener = self._listener
@@ -146,6 +165,7 @@ class RankPool:
         except (sandbox.SandboxError, OSError) as exc:
             raise PoolFailure("start", f"cannot set up the ranks' sandbox: {exc}") from exc
         cache = self.isolation.cache_dir()
+        self._watch_writes(cache)
         for rank in range(self.world_size):
             env = sandbox.rank_environment(
                 self.workdir,
@@ -269,6 +289,9 @@ class RankPool:
             except OSError:
                 pass
             self._report = None
+        if self._disk is not None:
+            self._disk.stop()
+            self._disk = None
         if self._listener is not None:
             self._listener.close()
             self._listener = None
@@ -380,6 +403,7 @@ class RankPool:
         progress = (started, None)  # when the waiting ranks' CPU time last moved, and its value
         while waiting:
             self._raise_if_interrupted(op)
+            self._raise_if_over_writes(op)
             now = time.monotonic()
             if now >= deadline:
                 break
@@ -424,7 +448,13 @@ class RankPool:
         if self.interrupt.is_set():
             raise PoolFailure("stopped", f"the {self.role}'s ranks were stopped during {phase}", role=self.role)
 
+    def _raise_if_over_writes(self, phase: str) -> None:
+        reason = self._disk.reason if self._disk is not None else ""
+        if reason:
+            raise PoolFailure("writes", f"the {self.role}'s ranks were stopped during {phase}: {reason}", role=self.role)
+
     def _raise_if_dead(self, ranks: set[int], phase: str, wait_s: float = 0.0) -> None:
+        self._raise_if_over_writes(phase)
         for rank in sorted(ranks):
             proc = self.procs[rank]
             code = proc.poll()

@@ -12,7 +12,7 @@ class PoolFailure(Exception):
 
     def __init__(self, kind: str, message: str, rank: int | None = None, log_tail: str = "", role: str = ""):
         super().__init__(message)
-        self.kind = kind  # "crashed" | "timeout" | "start" | "stopped" (``RankPool.interrupt``)
+        self.kind = kind  # "crashed" | "timeout" | "start" | "stopped" (``RankPool.interrupt``) | "writes" (``disk_guard``)
         self.rank = rank
         self.log_tail = log_tail
         self.role = role  # the pool's ("reference" or "candidate"), where known

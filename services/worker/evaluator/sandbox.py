@@ -270,6 +270,8 @@ class PoolIsolation:
             ])) or "not limited",
             "open_files": f"RLIMIT_NOFILE {s.rank_open_files}" if s.rank_open_files else "not limited",
             "cpu_time": f"RLIMIT_CPU {s.rank_cpu_seconds} s" if s.rank_cpu_seconds else "per-call deadlines only",
+            "writes": (f"the pool's directory, compiler caches and /dev/shm watched: killed past {s.pool_write_bytes >> 20} MiB "
+                       f"or {s.pool_write_files} files written" if s.pool_write_bytes or s.pool_write_files else "not limited"),
             "rank_start": ("forked from a fork server (rank code imported once), then sandboxed as above" if self.forked else
                            "a new interpreter" + (f" (no fork server: {self.fork_refused})" if self.fork_refused else
                                                   " (fork_ranks is off)" if not s.fork_ranks else "")),

@@ -160,6 +160,11 @@ class EvalSettings:
     rank_memory_bytes: int = 0
     rank_open_files: int = 4096
     rank_cpu_seconds: int = 0
+    #: What a pool's ranks may add to their writable places (their directory and output, the
+    #: compiler caches, the pool's shared memory) while the pool lives: bytes and files; past
+    #: either the ranks are killed and the evaluation is ``resource_limit`` (``disk_guard.py``).
+    pool_write_bytes: int = 4 << 30
+    pool_write_files: int = 200_000
     #: Processes and threads per rank; a pool may have world_size times this, held by its pids
     #: cgroup (as root) or RLIMIT_NPROC (unprivileged; counts all the user's processes).
     rank_processes: int = 512
