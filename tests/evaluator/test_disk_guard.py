@@ -48,3 +48,32 @@ def test_growth_past_either_limit_is_reported_and_the_caches_emptied(tmp_path):
     for i in range(25):
         (work / f"f{i}").touch()
     assert "more than 20 files" in files.check()
+
+
+def test_a_directory_made_unreadable_is_read_again_or_reported(tmp_path, monkeypatch):
+    """A rank that shares the pool's user could take the rights off a directory to hide what it
+    writes there: the guard gives them back (the owner's), and where it cannot, says so."""
+    import services.worker.evaluator.disk_guard as guard_module
+
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "big").write_bytes(b"q" * (2 << 20))
+    hidden.chmod(0)
+    refused = {str(hidden)}
+    real_scandir = os.scandir
+
+    def scandir(path):  # as an unprivileged pool process would find it (root reads anyway)
+        if str(path) in refused and not os.stat(path).st_mode & 0o400:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(guard_module.os, "scandir", scandir)
+    used = usage([str(tmp_path)], 100)
+    assert used.bytes >= 2 << 20 and not used.unreadable and hidden.stat().st_mode & 0o700 == 0o700
+
+    hidden.chmod(0)
+    monkeypatch.setattr(guard_module.os, "chmod", lambda *a: (_ for _ in ()).throw(PermissionError(1, "not permitted")))
+    guard = DiskGuard([str(tmp_path)], 1 << 30, 1000, lambda r: None)
+    assert usage([str(tmp_path)], 100).unreadable == (str(hidden),)
+    assert "cannot read" in guard.check()
+    assert usage([str(tmp_path / "gone")], 100).files == 0  # a place not there is empty, not unreadable

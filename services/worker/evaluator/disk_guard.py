@@ -31,18 +31,21 @@ WALK_SHARE = 20.0
 class Usage:
     bytes: int
     files: int
+    #: Directories under the paths that could not be read, even after making them readable to
+    #: their owner (a rank that shares the pool's user could hide what it writes there).
+    unreadable: tuple[str, ...] = ()
 
 
 def usage(paths: list[str], max_files: int) -> Usage:
     """Bytes allocated and entries under ``paths`` (symbolic links not followed; the walk stops
     past ``max_files`` entries, which is over any limit anyway)."""
-    total, files = 0, 0
+    total, files, unreadable = 0, 0, []
     stack = [p for p in paths if p]
     while stack and files <= max_files:
         path = stack.pop()
-        try:
-            entries = os.scandir(path)
-        except OSError:
+        entries = _scan(path)
+        if entries is None:
+            unreadable.append(path)
             continue
         with entries:
             for entry in entries:
@@ -56,7 +59,40 @@ def usage(paths: list[str], max_files: int) -> Usage:
                     stack.append(entry.path)
                 if files > max_files:
                     break
-    return Usage(total, files)
+    return Usage(total, files, tuple(unreadable))
+
+
+def _scan(path: str):
+    """``os.scandir(path)``; where permission is refused, once more after giving the owner read
+    and search rights back; None where it still cannot be read. A directory gone since it was
+    listed (or a watched place not made yet) is empty."""
+    for attempt in range(2):
+        try:
+            return os.scandir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return _Empty()
+        except PermissionError:
+            if attempt == 0:
+                try:
+                    os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IRWXU)
+                except OSError:
+                    return None
+        except OSError:
+            return None
+    return None
+
+
+class _Empty:
+    """An empty ``os.scandir`` result."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __iter__(self):
+        return iter(())
 
 
 class DiskGuard:
@@ -96,6 +132,9 @@ class DiskGuard:
                     f"(output included); the limit is {self.max_bytes / 2**20:.0f} MiB")
         if self.max_files and more > self.max_files:
             return f"the ranks made more than {self.max_files} files in their directories, compiler caches and shared memory"
+        hidden = sorted(set(now.unreadable) - set(self._base.unreadable))
+        if hidden:
+            return f"the ranks made a directory the evaluator cannot read ({hidden[0]}): what it holds cannot be bounded"
         return ""
 
     def _walk_bound(self, base_files: int) -> int:
