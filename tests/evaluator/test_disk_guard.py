@@ -31,6 +31,7 @@ def test_growth_past_either_limit_is_reported_and_the_caches_emptied(tmp_path):
                       caches=[str(cache)], every_s=0.05)
     guard.start()
     try:
+        assert guard.wait_base()
         (work / "a").write_bytes(b"z" * (1 << 20))
         assert guard.check() == ""
         (cache / "kernels").mkdir()
@@ -44,6 +45,7 @@ def test_growth_past_either_limit_is_reported_and_the_caches_emptied(tmp_path):
 
     files = DiskGuard([str(work)], 0, 20, lambda r: None)
     files.start()
+    assert files.wait_base()
     files.stop()
     for i in range(25):
         (work / f"f{i}").touch()

@@ -110,10 +110,13 @@ class DiskGuard:
         self.reason = ""
         self._base = Usage(0, 0)
         self._stop = threading.Event()
+        self._based = threading.Event()  # the base is taken
         self._thread: threading.Thread | None = None
 
     def start(self, name: str = "kloom-disk-guard") -> None:
-        self._base = usage(self.paths, self._walk_bound(0))
+        """Watch from a thread, which first takes what the places hold now as the base (off the
+        caller's path: a large compiler cache takes a while to walk, and ranks run no workload or
+        candidate code before they are admitted, well after)."""
         self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
         self._thread.start()
 
@@ -122,6 +125,9 @@ class DiskGuard:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+
+    def wait_base(self, timeout_s: float = 10.0) -> bool:
+        return self._based.wait(timeout_s)
 
     def check(self) -> str:
         """One walk now: the reason the writes are over a limit, or ''."""
@@ -141,6 +147,8 @@ class DiskGuard:
         return base_files + (self.max_files or 1 << 20) + 1
 
     def _watch(self) -> None:
+        self._base = usage(self.paths, self._walk_bound(0))
+        self._based.set()
         pause = self.every_s
         while not self._stop.wait(pause):
             began = time.monotonic()
