@@ -286,3 +286,35 @@ def test_a_message_nested_past_the_stack_is_refused_not_a_crash():
     looped.append(looped)
     with pytest.raises(ValueError, match="nested too deep"):
         _received_bytes(pickle.dumps({"body": {"x": looped}, "fds": 0}, protocol=5))
+
+
+def test_a_message_past_the_size_bound_is_refused_unread(monkeypatch):
+    """A rank may send what it likes: a message past ``MAX_MESSAGE_BYTES`` is not read into the
+    pool's process (the pool then ends the rank as it ends one that sent garbage)."""
+    import threading
+
+    monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 1 << 20)
+
+    def received(body):
+        a, b = Pipe()
+        data = pickle.dumps({"body": body, "fds": 0}, protocol=5)
+        sender = threading.Thread(target=lambda: _sent_quietly(a, data), daemon=True)  # more than a socket's buffer
+        sender.start()
+        try:
+            return protocol.recv_reply(b)
+        finally:
+            b.close()
+            sender.join(5.0)
+            a.close()
+
+    with pytest.raises(ValueError, match="a message of more than 1 MiB"):
+        received({"x": b"y" * (2 << 20)})
+    fits = {"x": b"y" * (1 << 19)}
+    assert received(fits) == fits
+
+
+def _sent_quietly(conn, data: bytes) -> None:
+    try:
+        conn.send_bytes(data)
+    except OSError:  # the reader closed its end unread
+        pass

@@ -43,6 +43,9 @@ SHARE_MIN_BYTES = 1 << 16
 DEVICE_SHARE_MIN_BYTES = 1 << 20
 #: How long a receiver waits for the descriptors a message announced.
 FDS_TIMEOUT_S = 30.0
+#: The largest message read (its small tensors and values; large tensors travel in shared files):
+#: a rank that sends more is not read, so it cannot make the pool's process hold what it likes.
+MAX_MESSAGE_BYTES = 256 << 20
 _MARK = "__kloom_shared__"
 
 
@@ -223,7 +226,13 @@ def _send(conn: Connection, message: dict[str, Any]) -> None:
 
 
 def _recv(conn: Connection) -> tuple[Any, list]:
-    data = conn.recv_bytes()
+    try:
+        data = conn.recv_bytes(MAX_MESSAGE_BYTES)
+    except OSError as exc:
+        if "bad message length" not in str(exc):
+            raise
+        raise ValueError(f"a message of more than {MAX_MESSAGE_BYTES >> 20} MiB (tensors of {SHARE_MIN_BYTES >> 10} KiB "
+                         "or more travel beside messages, in shared files)") from exc
     try:
         if data[:2] == _PLAIN:
             envelope = _PlainUnpickler(io.BytesIO(data)).load()
