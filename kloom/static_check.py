@@ -366,6 +366,15 @@ def check_candidate(text: str, filename: str = "<candidate>") -> list[Violation]
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
         return [Violation(exc.lineno or 0, "syntax", f"syntax error: {exc.msg}")]
+    except (RecursionError, MemoryError, ValueError):  # the parser's stack, not the machine's memory
+        return [Violation(0, "syntax", "cannot be parsed: its expressions are nested too deeply")]
+    try:
+        return _checked(tree)
+    except RecursionError:  # a source that parses can still be too deep for the recursive walk below
+        return [Violation(0, "syntax", "cannot be checked: its expressions are nested too deeply")]
+
+
+def _checked(tree: ast.Module) -> list[Violation]:
     checker = _Checker()
     # Imports first, so that aliases are known wherever they are used.
     for node in ast.walk(tree):

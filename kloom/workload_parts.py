@@ -94,7 +94,7 @@ def candidate_base(source: str) -> str:
     Source that does not parse is returned unchanged (the candidate rules will say why)."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
     lines = source.splitlines()
     kept_lines: set[int] = set()
@@ -126,7 +126,7 @@ def rename_shadowed_builtins(source: str) -> str:
     (``f(input=...)`` on a name the module defines) keeps its names."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     modules = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}

@@ -100,3 +100,19 @@ def test_own_model_class_is_allowed():
 
 def test_constant_getattr_of_ordinary_attributes_is_allowed():
     assert check_candidate("import torch\nd = getattr(torch, 'float32')\nok = hasattr(torch, 'cuda')\n") == []
+
+
+@pytest.mark.parametrize("expression", ["+".join(["x"] * 900), "not " * 100_000 + "x", "a" + ".b" * 200_000])
+def test_a_source_too_deep_to_parse_or_walk_is_rejected_not_a_crash(expression):
+    """A chain of 900 terms parses but is deeper than the checker's recursive walk; longer ones
+    are deeper than the parser: either is a violation, never an exception out of the checker."""
+    violations = check_candidate(f"import torch\n\n\ndef f(x, a):\n    return {expression}\n")
+    assert [v.rule for v in violations] == ["syntax"] and "nested too deeply" in violations[0].message
+
+
+def test_an_llm_answer_too_deep_to_parse_is_a_parse_failure():
+    from agents.llm.parse import ParseFailure, read_code
+
+    answer = "```python\nclass ModelNew:\n    y = " + "not " * 100_000 + "x\n```"
+    got = read_code(answer)
+    assert isinstance(got, ParseFailure) and "nested too deeply" in got.reason

@@ -136,7 +136,7 @@ def complete_candidate(code: str, offered: list[LibraryTemplate]) -> str:
     define appended (dependencies first, each once)."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return code  # the evaluator's static check says why
     defined = bound_names(code)
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}

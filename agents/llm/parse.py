@@ -101,6 +101,8 @@ def read_code(text: str, *, truncated: bool = False) -> str | ParseFailure:
         if truncated:
             why += " (the answer was cut off at the output-token limit)"
         return ParseFailure(why)
+    except (RecursionError, MemoryError, ValueError):  # the parser's stack, not the machine's memory
+        return ParseFailure("the code does not parse: its expressions are nested too deeply")
     if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
         return ParseFailure("the code defines no ModelNew class at module level")
     return code
