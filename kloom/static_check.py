@@ -366,8 +366,10 @@ def check_candidate(text: str, filename: str = "<candidate>") -> list[Violation]
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
         return [Violation(exc.lineno or 0, "syntax", f"syntax error: {exc.msg}")]
-    except (RecursionError, MemoryError, ValueError):  # the parser's stack, not the machine's memory
+    except (RecursionError, MemoryError):  # the parser's stack, not the machine's memory
         return [Violation(0, "syntax", "cannot be parsed: its expressions are nested too deeply")]
+    except ValueError as exc:
+        return [Violation(0, "syntax", f"cannot be parsed: {exc}")]
     try:
         return _checked(tree)
     except RecursionError:  # a source that parses can still be too deep for the recursive walk below

@@ -101,8 +101,10 @@ def read_code(text: str, *, truncated: bool = False) -> str | ParseFailure:
         if truncated:
             why += " (the answer was cut off at the output-token limit)"
         return ParseFailure(why)
-    except (RecursionError, MemoryError, ValueError):  # the parser's stack, not the machine's memory
+    except (RecursionError, MemoryError):  # the parser's stack, not the machine's memory
         return ParseFailure("the code does not parse: its expressions are nested too deeply")
+    except ValueError as exc:
+        return ParseFailure(f"the code does not parse: {exc}")
     if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
         return ParseFailure("the code defines no ModelNew class at module level")
     return code

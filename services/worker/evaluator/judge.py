@@ -12,7 +12,6 @@ blocks of calls of the two sides with the other side stopped.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from collections import deque
 from contextlib import contextmanager
@@ -242,11 +241,8 @@ class JudgePools:
     def kill_now(self) -> None:
         """From another thread: SIGKILL every rank (stopped ones too); the call in flight then
         finds them dead within a fraction of a second."""
-        for proc in list(self.procs):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        for pool in [self.reference, self.candidate, *list(self.spares)]:
+            pool.kill_now()
 
 
 def _ready(pool: RankPool) -> None:

@@ -129,6 +129,11 @@ class RankPool:
     def _over_writes(self, reason: str) -> None:
         """From the guard's thread: the ranks wrote past the limit; they die now (the caller's
         request then says why)."""
+        self.kill_now()
+
+    def kill_now(self) -> None:
+        """SIGKILL every rank's process group (stopped ones too), from any thread; a request in
+        flight then finds them dead within a fraction of a second. ``kill`` cleans up after."""
         for proc in list(self.procs):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -302,11 +307,7 @@ class RankPool:
             # The pool's cgroup holds what left the process groups too.
             self.isolation.release()
             self.isolation = None
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self.kill_now()
         reap(self.procs)
         wait_exited(doomed, KILL_WAIT_S)
         for conn in self.conns.values():
@@ -381,6 +382,7 @@ class RankPool:
         if self.starting:
             self.finish()
         self._raise_if_interrupted(op)
+        self._raise_if_over_writes(op)  # ranks the guard killed between two requests: say why
         if not self.alive:
             raise PoolFailure("crashed", f"the {self.role}'s rank pool is not running", role=self.role)
         try:
@@ -403,7 +405,6 @@ class RankPool:
         progress = (started, None)  # when the waiting ranks' CPU time last moved, and its value
         while waiting:
             self._raise_if_interrupted(op)
-            self._raise_if_over_writes(op)
             now = time.monotonic()
             if now >= deadline:
                 break
