@@ -115,16 +115,14 @@ class EvalSettings:
     # what a forged clock can hide per block. The second term: the time outside the calls
     # (drawing each call's inputs, flushing the cache, the round trip) differs between two
     # processes running the same code; on an H100 an honest candidate's exceeded the reference's
-    # by up to 26% (benchmarks/gpu/clock_diag.py, results/gpu/h100-judge/). The first term does
-    # not follow the overhead but the calls, which is what a forger shrinks: at 0.5 on the CPU a
-    # candidate doing the reference's own work and reporting a tenth of its time was credited
-    # 5-11x on small calls, not caught. Honest copies of 13 workloads on this 2-core machine
-    # (47 evaluations, 12 of them beside a process spinning one core) left at most 0.33x the
-    # reference's unaccounted time more than it, which 0.1 x the block + 0.3 x that + 3 ms passed
-    # with a third to spare, while it caught every such tenth-forger (10 of 10, 1.1-2.3x over the
-    # bound); one that reports half its time on small calls still passes about half the time
-    # (docs/reliability.md, "What is still not enforced").
-    clock_slack: float = 0.1
+    # by up to 26% (benchmarks/gpu/clock_diag.py, results/gpu/h100-judge/). The CPU's overhead per
+    # call (a cache flush, a barrier between ranks) is large and noisy beside small calls on a
+    # shared machine, hence the wider CPU default (for_device). Tried at 0.1 on the CPU (forty-third
+    # session, benchmarks/clock_slack.py): it caught every candidate that did the reference's work
+    # and reported a tenth of it on small calls (credited 5-11x at 0.5), but rejected 6 of 20 honest
+    # copies of a workload whose 1 MiB output's projection is 95% of each block and varies by half
+    # from one process to the other; the slack cannot shrink until less lies outside the calls.
+    clock_slack: float = 0.5
     clock_overhead_slack: float = 0.3
     clock_slack_ms: float = 3.0
     #: Every timed call's outputs are checked by two random +-1 projections (a signed sum and a
