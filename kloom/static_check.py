@@ -360,6 +360,24 @@ def _caught_names(handler: ast.ExceptHandler) -> set[str]:
     return names
 
 
+#: The deepest syntax tree the checker walks (levels of nodes). Its walk is recursive: at Python's
+#: default recursion limit it overflowed near 500 levels, and where something else in the process
+#: had raised the limit, the same source walked through, so whether a deep candidate was rejected
+#: depended on what ran before. The deepest file kloom holds is 91 levels deep.
+MAX_NESTING = 300
+
+
+def nested_deeper_than(tree: ast.AST, limit: int) -> bool:
+    """Whether any node of ``tree`` lies more than ``limit`` levels below it (found without recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return False
+
+
 def check_candidate(text: str, filename: str = "<candidate>") -> list[Violation]:
     """Return every reason to reject the candidate source; empty when it may run."""
     try:
@@ -370,6 +388,8 @@ def check_candidate(text: str, filename: str = "<candidate>") -> list[Violation]
         return [Violation(0, "syntax", "cannot be parsed: its expressions are nested too deeply")]
     except ValueError as exc:
         return [Violation(0, "syntax", f"cannot be parsed: {exc}")]
+    if nested_deeper_than(tree, MAX_NESTING):
+        return [Violation(0, "syntax", f"cannot be checked: its expressions are nested too deeply (more than {MAX_NESTING} levels)")]
     try:
         return _checked(tree)
     except RecursionError:  # a source that parses can still be too deep for the recursive walk below

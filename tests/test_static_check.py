@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
+
 import pytest
 
-from kloom.static_check import check_candidate
+from kloom.static_check import MAX_NESTING, check_candidate, nested_deeper_than
 
 HONEST = '''
 import math
@@ -103,11 +107,27 @@ def test_constant_getattr_of_ordinary_attributes_is_allowed():
 
 
 @pytest.mark.parametrize("expression", ["+".join(["x"] * 900), "not " * 100_000 + "x", "a" + ".b" * 200_000])
-def test_a_source_too_deep_to_parse_or_walk_is_rejected_not_a_crash(expression):
-    """A chain of 900 terms parses but is deeper than the checker's recursive walk; longer ones
-    are deeper than the parser: either is a violation, never an exception out of the checker."""
-    violations = check_candidate(f"import torch\n\n\ndef f(x, a):\n    return {expression}\n")
+@pytest.mark.parametrize("recursion_limit", [None, 20_000])
+def test_a_source_too_deep_to_parse_or_walk_is_rejected_not_a_crash(expression, recursion_limit):
+    """A chain of 900 terms parses but is deeper than the checker walks; longer ones are deeper
+    than the parser: either is a violation, never an exception out of the checker, whatever the
+    process's recursion limit (a test run where something had raised it accepted the 900 terms)."""
+    was = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit or was)
+    try:
+        violations = check_candidate(f"import torch\n\n\ndef f(x, a):\n    return {expression}\n")
+    finally:
+        sys.setrecursionlimit(was)
     assert [v.rule for v in violations] == ["syntax"] and "nested too deeply" in violations[0].message
+
+
+def test_the_deepest_source_kloom_holds_is_well_inside_the_nesting_bound():
+    """The bound rejects no honest code: every Python file of the repository is far shallower."""
+    root = Path(__file__).resolve().parents[1]
+    files = [p for top in ("agents", "kernels", "kloom", "services", "suite", "tests") for p in (root / top).rglob("*.py")]
+    assert files
+    for path in files:
+        assert not nested_deeper_than(ast.parse(path.read_text()), MAX_NESTING // 2), path
 
 
 def test_an_llm_answer_too_deep_to_parse_is_a_parse_failure():
