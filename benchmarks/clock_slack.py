@@ -1,0 +1,160 @@
+"""How much slack the clock check needs, and what a forged clock gets through it: honest copies of
+workloads (each reference's own model as the candidate) and forgers (the same copy, the rank's
+clock scaled by a factor in every block, the integrity snapshot off) judged on this machine, every
+round's two blocks recorded; then each rule ``allowed = a_W x the candidate's median block + a_O x
+the reference's unaccounted time + b ms`` is applied to the same rounds (upper median of the
+per-round excess, as ``interleaved.Timing._check`` takes it).
+
+    .venv/bin/python benchmarks/clock_slack.py --reps 3 [--spin] [--device cpu] [--out rounds.jsonl]
+
+``--spin`` keeps a process spinning on one core beside the evaluations (a busy machine). Prints
+Markdown: per rule, the honest copies it would reject and the forgers it catches, and each
+evaluation's excess over the reference's unaccounted time. The evaluator runs with its defaults
+for the device (``EvalSettings.for_device``), the static checker off (a forger reaches the timing
+module the way ``tests/evaluator/adversarial/forges_clock.py`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.worker.evaluator import EvalSettings, Evaluator, interleaved
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = [
+    "tests/evaluator/workloads/linear_allreduce.py", "tests/evaluator/workloads/steady_call.py",
+    "tests/evaluator/workloads/inplace_allreduce.py",
+    "suite/collectives/all_reduce_small.py", "suite/collectives/all_gather.py",
+    "suite/tensor_parallel/tp_sharded_rmsnorm.py", "suite/tensor_parallel/tp_allgather_gemm.py",
+    "suite/expert_parallel/moe_dispatch.py", "suite/context_parallel/cp_ring_attention.py",
+    "suite/vocab_parallel/vocab_parallel_cross_entropy.py", "suite/other/conv1d_halo.py", "suite/other/distributed_sort.py",
+]
+#: World size 1 only: a 1 MiB output whose projection dominates each block, and a deep MLP.
+WORLD_ONE = ["tests/evaluator/workloads/big_inputs.py", "tests/evaluator/workloads/deep_bn_mlp.py"]
+FORGED = {"tests/evaluator/workloads/linear_allreduce.py": (0.5, 0.1), "suite/tensor_parallel/tp_sharded_rmsnorm.py": (0.5, 0.1)}
+RULES = [(0.5, 0.3, 3.0), (0.1, 0.3, 3.0), (0.0, 0.3, 3.0), (0.0, 0.3, 1.0), (0.0, 0.2, 1.0)]
+#: Prepended to a copy to forge its clock (the factor formatted in).
+FORGE = '''import torch as _t
+_m = getattr(_t, "sys").modules
+_tm = _m["services.worker.evaluator.timing"]
+_rc, _re = _tm._perf_counter, _tm._elapsed_time
+_o = _rc()
+_tm._perf_counter = lambda: _o + (_rc() - _o) * {factor}
+_tm._elapsed_time = lambda a, b: _re(a, b) * {factor}
+_m["services.worker.evaluator.integrity"].Snapshot.violations = lambda self: []
+'''
+
+
+@dataclass
+class Rounds:
+    workload: str
+    factor: float  # 1: honest
+    world: int
+    status: str
+    speedup: float | None
+    reference: list[tuple[float, float]]  # per round: (the judge's wall ms, the side's reported ms)
+    candidate: list[tuple[float, float]]
+
+    def excess(self, a_w: float, a_o: float, b: float) -> tuple[float, float, float]:
+        """(upper-median excess, what the rule allows, the reference's median unaccounted time)."""
+        ref_over = [w - r for w, r in self.reference]
+        cand_over = [w - r for w, r in self.candidate]
+        diffs = sorted(c - r for c, r in zip(cand_over, ref_over))
+        over = statistics.median(ref_over)
+        wall = statistics.median(w for w, _ in self.candidate)
+        return diffs[len(diffs) // 2], a_w * wall + a_o * max(0.0, over) + b, over
+
+
+def copy_of(workload: Path, factor: float, into: Path) -> Path:
+    source = re.sub(r"\bclass Model\(", "class ModelNew(", workload.read_text())
+    if factor != 1:
+        source = FORGE.format(factor=factor) + source
+    path = into / f"{workload.stem}_{str(factor).replace('.', '_')}.py"
+    path.write_text(source)
+    return path
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def collect(device: str, reps: int, world: int) -> list[Rounds]:
+    seen: list[tuple] = []
+    checked = interleaved.Timing._check
+
+    def recording(self, blocks, per_block):
+        seen.append(([(b.wall_ms, b.reported_ms) for b in blocks["reference"]],
+                     [(b.wall_ms, b.reported_ms) for b in blocks["candidate"]]))
+        return checked(self, blocks, per_block)
+
+    interleaved.Timing._check = recording
+    jobs = [(w, 1.0, world) for w in WORKLOADS] + [(w, f, world) for w, fs in FORGED.items() for f in fs] + [(w, 1.0, 1) for w in WORLD_ONE]
+    out: list[Rounds] = []
+    with tempfile.TemporaryDirectory() as tmp, Evaluator(device, EvalSettings.for_device(device, static_check=False)) as ev:
+        for _ in range(reps):
+            for workload, factor, size in jobs:
+                seen.clear()
+                result = ev.evaluate(ROOT / workload, copy_of(ROOT / workload, factor, Path(tmp)), world_size=size)
+                if not seen:
+                    print(f"<!-- {workload} x{factor}: {result.status}, no timing -->", flush=True)
+                    continue
+                ref, cand = seen[-1]
+                out.append(Rounds(Path(workload).stem, factor, size, result.status,
+                                  result.timing.speedup if result.timing else None, ref, cand))
+    interleaved.Timing._check = checked
+    return out
+
+
+def report(rows: list[Rounds], header: str) -> str:
+    lines = [header, "", "| rule (a_W, a_O, b ms) | honest copies rejected | forgers caught | forgers passed (credited) |", "|---|---|---|---|"]
+    for rule in RULES:
+        rejected = [r for r in rows if r.factor == 1 and r.excess(*rule)[0] > r.excess(*rule)[1]]
+        forged = [r for r in rows if r.factor != 1]
+        caught = [r for r in forged if r.excess(*rule)[0] > r.excess(*rule)[1]]
+        passed = ", ".join(f"{r.workload} x{r.factor} ({r.speedup:.2f}x)" if r.speedup is not None else f"{r.workload} x{r.factor}"
+                           for r in forged if r not in caught)
+        lines.append(f"| {rule} | {len(rejected)} of {sum(r.factor == 1 for r in rows)}"
+                     f"{': ' + ', '.join(r.workload for r in rejected) if rejected else ''} | {len(caught)} of {len(forged)} | {passed or '-'} |")
+    lines += ["", "| workload | world | clock x | status | speedup | rounds | excess / reference's unaccounted (upper median) |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        excess, _, over = r.excess(0, 0, 0)
+        speedup = f"{r.speedup:.2f}" if r.speedup is not None else "-"
+        lines.append(f"| {r.workload} | {r.world} | {r.factor} | {r.status} | {speedup} | {len(r.reference)} | {excess / over:+.2f} |")
+    honest = [r.excess(0, 0, 0) for r in rows if r.factor == 1]
+    lines += ["", f"Largest honest excess: {max(e / o for e, _, o in honest):.2f}x the reference's unaccounted time."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--spin", action="store_true", help="a process spinning on one core beside the evaluations")
+    parser.add_argument("--out", type=Path, help="every evaluation's rounds, as JSON lines")
+    args = parser.parse_args()
+    spinner = multiprocessing.Process(target=_spin, daemon=True) if args.spin else None
+    if spinner:
+        spinner.start()
+    try:
+        rows = collect(args.device, args.reps, args.world_size)
+    finally:
+        if spinner:
+            spinner.terminate()
+    if args.out:
+        args.out.write_text("".join(json.dumps(r.__dict__) + "\n" for r in rows))
+    print(report(rows, f"Clock check on {args.device}, world size {args.world_size}, {args.reps} repetitions"
+                       f"{', one core spinning beside' if args.spin else ''}"))
+
+
+if __name__ == "__main__":
+    main()
