@@ -3,7 +3,7 @@ workloads (each reference's own model as the candidate) and forgers (the same co
 clock scaled by a factor in every block, the integrity snapshot off) judged on this machine, every
 round's two blocks recorded; then each rule ``allowed = a_W x the candidate's median block + a_O x
 the reference's unaccounted time + b ms`` is applied to the same rounds (upper median of the
-per-round excess, as ``interleaved.Timing._check`` takes it).
+per-round excess: ``interleaved.clock_check`` itself, under each rule's settings).
 
     .venv/bin/python benchmarks/clock_slack.py --reps 3 [--spin] [--device cpu] [--out rounds.jsonl]
 
@@ -17,14 +17,15 @@ module the way ``tests/evaluator/adversarial/forges_clock.py`` does).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import re
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kloom.evaluation import ClockCheck
 from services.worker.evaluator import EvalSettings, Evaluator, interleaved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,14 +63,18 @@ class Rounds:
     reference: list[tuple[float, float]]  # per round: (the judge's wall ms, the side's reported ms)
     candidate: list[tuple[float, float]]
 
-    def excess(self, a_w: float, a_o: float, b: float) -> tuple[float, float, float]:
-        """(upper-median excess, what the rule allows, the reference's median unaccounted time)."""
-        ref_over = [w - r for w, r in self.reference]
-        cand_over = [w - r for w, r in self.candidate]
-        diffs = sorted(c - r for c, r in zip(cand_over, ref_over))
-        over = statistics.median(ref_over)
-        wall = statistics.median(w for w, _ in self.candidate)
-        return diffs[len(diffs) // 2], a_w * wall + a_o * max(0.0, over) + b, over
+    def check(self, rule: tuple[float, float, float]) -> ClockCheck:
+        """The evaluator's clock check of these rounds with the rule's (a_W, a_O, b ms) as its slack."""
+        settings = dataclasses.replace(EvalSettings(), clock_slack=rule[0], clock_overhead_slack=rule[1], clock_slack_ms=rule[2])
+        blocks = {role: [interleaved.Block({0: [reported]}, wall) for wall, reported in side]
+                  for role, side in (("reference", self.reference), ("candidate", self.candidate))}
+        return interleaved.clock_check(blocks, 0, settings)
+
+    @property
+    def relative_excess(self) -> float:
+        """The upper-median excess over the reference's median unaccounted time."""
+        check = self.check((0.0, 0.0, 0.0))
+        return check.excess_ms / check.reference_unaccounted_ms
 
 
 def copy_of(workload: Path, factor: float, into: Path) -> Path:
@@ -115,10 +120,10 @@ def collect(device: str, reps: int, world: int) -> list[Rounds]:
 
 def report(rows: list[Rounds], header: str) -> str:
     lines = [header, "", "| rule (a_W, a_O, b ms) | honest copies rejected | forgers caught | forgers passed (credited) |", "|---|---|---|---|"]
+    forged = [r for r in rows if r.factor != 1]
     for rule in RULES:
-        rejected = [r for r in rows if r.factor == 1 and r.excess(*rule)[0] > r.excess(*rule)[1]]
-        forged = [r for r in rows if r.factor != 1]
-        caught = [r for r in forged if r.excess(*rule)[0] > r.excess(*rule)[1]]
+        rejected = [r for r in rows if r.factor == 1 and not r.check(rule).ok]
+        caught = [r for r in forged if not r.check(rule).ok]
         passed = ", ".join(f"{r.workload} x{r.factor} ({r.speedup:.2f}x)" if r.speedup is not None else f"{r.workload} x{r.factor}"
                            for r in forged if r not in caught)
         lines.append(f"| {rule} | {len(rejected)} of {sum(r.factor == 1 for r in rows)}"
@@ -126,11 +131,10 @@ def report(rows: list[Rounds], header: str) -> str:
     lines += ["", "| workload | world | clock x | status | speedup | rounds | excess / reference's unaccounted (upper median) |",
               "|---|---|---|---|---|---|---|"]
     for r in rows:
-        excess, _, over = r.excess(0, 0, 0)
         speedup = f"{r.speedup:.2f}" if r.speedup is not None else "-"
-        lines.append(f"| {r.workload} | {r.world} | {r.factor} | {r.status} | {speedup} | {len(r.reference)} | {excess / over:+.2f} |")
-    honest = [r.excess(0, 0, 0) for r in rows if r.factor == 1]
-    lines += ["", f"Largest honest excess: {max(e / o for e, _, o in honest):.2f}x the reference's unaccounted time."]
+        lines.append(f"| {r.workload} | {r.world} | {r.factor} | {r.status} | {speedup} | {len(r.reference)} | {r.relative_excess:+.2f} |")
+    honest = max(r.relative_excess for r in rows if r.factor == 1)
+    lines += ["", f"Largest honest excess: {honest:.2f}x the reference's unaccounted time."]
     return "\n".join(lines)
 
 

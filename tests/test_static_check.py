@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.llm.parse import ParseFailure, read_code
 from kloom.static_check import MAX_NESTING, check_candidate, nested_deeper_than
 
 HONEST = '''
@@ -131,8 +132,6 @@ def test_the_deepest_source_kloom_holds_is_well_inside_the_nesting_bound():
 
 
 def test_an_llm_answer_too_deep_to_parse_is_a_parse_failure():
-    from agents.llm.parse import ParseFailure, read_code
-
     answer = "```python\nclass ModelNew:\n    y = " + "not " * 100_000 + "x\n```"
     got = read_code(answer)
     assert isinstance(got, ParseFailure) and "nested too deeply" in got.reason

@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 import socket
+import threading
 from multiprocessing import Pipe
 
 import pytest
@@ -291,8 +292,6 @@ def test_a_message_nested_past_the_stack_is_refused_not_a_crash():
 def test_a_message_past_the_size_bound_is_refused_unread(monkeypatch):
     """A rank may send what it likes: a message past ``MAX_MESSAGE_BYTES`` is not read into the
     pool's process (the pool then ends the rank as it ends one that sent garbage)."""
-    import threading
-
     monkeypatch.setattr(protocol, "MAX_MESSAGE_BYTES", 1 << 20)
 
     def received(body):

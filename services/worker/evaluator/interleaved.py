@@ -347,29 +347,34 @@ class Timing:
                 raise Stop("incorrect")
 
     def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
-        """A side's overhead per block (wall - reported) is its input draws, flushes, barriers and
-        the round trip, plus whatever else the machine did meanwhile. The machine's pace drifts
-        over a timing (on an H100 the same side's overhead moved between 0.34 and 0.62 ms a call
-        from one round to the next), so each round's candidate block is compared with the
-        reference's block of the same round, run right beside it. The candidate's excess over the
-        reference, taken at the upper median of the rounds (a candidate that forges half of its
-        blocks or more is measured on a forged one), may be at most ``clock_slack`` of its median
-        block time, plus ``clock_overhead_slack`` of the reference's unaccounted time, plus
-        ``clock_slack_ms``."""
-        ref, cand = blocks["reference"], blocks["candidate"]
-        ref_over = [b.unaccounted_ms for b in ref]
-        cand_over = [b.unaccounted_ms for b in cand]
-        excess = sorted(c - r for c, r in zip(cand_over, ref_over))
-        median_excess = excess[len(excess) // 2]
-        cand_wall = statistics.median(b.wall_ms for b in cand)
-        ref_overhead = statistics.median(ref_over)
-        allowed = self.s.clock_slack * cand_wall + self.s.clock_overhead_slack * max(0.0, ref_overhead) + self.s.clock_slack_ms
-        return ClockCheck(
-            blocks=len(cand), calls_per_block=per_block,
-            reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=cand_wall,
-            reference_unaccounted_ms=ref_overhead, candidate_unaccounted_ms=statistics.median(cand_over),
-            allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess,
-        )
+        """The clock check (``clock_check``) under this timing's settings."""
+        return clock_check(blocks, per_block, self.s)
+
+
+def clock_check(blocks: dict[str, list[Block]], per_block: int, s: EvalSettings) -> ClockCheck:
+    """A side's overhead per block (wall - reported) is its input draws, flushes, barriers and
+    the round trip, plus whatever else the machine did meanwhile. The machine's pace drifts
+    over a timing (on an H100 the same side's overhead moved between 0.34 and 0.62 ms a call
+    from one round to the next), so each round's candidate block is compared with the
+    reference's block of the same round, run right beside it. The candidate's excess over the
+    reference, taken at the upper median of the rounds (a candidate that forges half of its
+    blocks or more is measured on a forged one), may be at most ``clock_slack`` of its median
+    block time, plus ``clock_overhead_slack`` of the reference's unaccounted time, plus
+    ``clock_slack_ms``."""
+    ref, cand = blocks["reference"], blocks["candidate"]
+    ref_over = [b.unaccounted_ms for b in ref]
+    cand_over = [b.unaccounted_ms for b in cand]
+    excess = sorted(c - r for c, r in zip(cand_over, ref_over))
+    median_excess = excess[len(excess) // 2]
+    cand_wall = statistics.median(b.wall_ms for b in cand)
+    ref_overhead = statistics.median(ref_over)
+    allowed = s.clock_slack * cand_wall + s.clock_overhead_slack * max(0.0, ref_overhead) + s.clock_slack_ms
+    return ClockCheck(
+        blocks=len(cand), calls_per_block=per_block,
+        reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=cand_wall,
+        reference_unaccounted_ms=ref_overhead, candidate_unaccounted_ms=statistics.median(cand_over),
+        allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess,
+    )
 
 
 def _per_rank(blocks: list[Block]) -> dict[int, list[float]]:
