@@ -158,6 +158,10 @@ class ClockCheck:
     #: The candidate's unaccounted time less the reference's, block beside block: the upper
     #: median over the rounds (records written before this field compared the least of each side).
     excess_ms: float | None = None
+    #: Whether the blocks were staged (inputs drawn by the reference's process and sent with
+    #: each block, outputs sent back with its reply: only the calls lie inside the judged span
+    #: besides the transfers), which allows a tighter bound; None in records before it existed.
+    staged: bool | None = None
 
 
 @dataclass

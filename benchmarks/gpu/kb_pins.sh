@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two jobs on the same network through `kloom optimize --kb` (the knowledge base in SQLite under
 # /tmp/kbpins): does the second job's kernel candidate start from the autotuning choices the first
-# one's judged winners left in the knowledge base (`seed_tuned(` in its code), and what do its load
-# and first trials cost then (each step's phase_seconds; each job with empty compiler caches)? $OUT: kb_pins.log (the jobs' tables and
+# one's judged winners left in the knowledge base (a `seed_tuned([...], [...])` call in its code; every kernel
+# candidate carries the helper's definition), and what do its load and first trials cost then (each step's phase_seconds; each job with empty compiler caches)? $OUT: kb_pins.log (the jobs' tables and
 # `kloom kb search`), kb_pins.json (every step: strategy, times, seeded or not, the choices it
 # reported, its phases), kb_pins_jobs.tgz (the trajectories).
 #
@@ -35,7 +35,7 @@ for traj in sorted(Path("/tmp/kbp").glob("*/trajectory.json")):
         steps.append({"strategy": s["plan"]["strategy"], "params": s["plan"].get("params"), "status": s["status"],
                       "speedup": (ev.get("timing") or {}).get("speedup"), "candidate_ms": (ev.get("timing") or {}).get("candidate_ms"),
                       "reference_ms": (ev.get("timing") or {}).get("reference_ms"),
-                      "seeded": "seed_tuned(" in code, "tuned": ev.get("tuned"), "phase_seconds": ev.get("phase_seconds"),
+                      "seeded": "\nseed_tuned([" in code, "tuned": ev.get("tuned"), "phase_seconds": ev.get("phase_seconds"),
                       "error": (s.get("error") or "")[:300], "rationale": (s["plan"].get("rationale") or "")[:300]})
     rows[traj.parent.name] = {"state": t["state"], "stop_reason": t["stop_reason"][:200], "steps": steps}
 print(json.dumps(rows, indent=1))

@@ -25,7 +25,7 @@ def _timed_blocks(monkeypatch, slow_first_candidate_ms: float = 0.0) -> list[str
 
     def recording(self, side, other, iters, *args, **kwargs):
         got = block(self, side, other, iters, *args, **kwargs)
-        if kwargs.get("projection_seed") is not None:  # a round's block, not a warm-up
+        if (kwargs.get("projection_seed") is not None or kwargs.get("per_rank") is not None):  # a round's block, not a warm-up
             if side.role == "candidate" and "candidate" not in sides:
                 got.wall_ms += slow_first_candidate_ms
             sides.append(side.role)
@@ -82,7 +82,7 @@ def test_a_clock_wrong_in_every_block_fails_over_every_round(monkeypatch):
 
     def forged(self, side, other, iters, *args, **kwargs):
         got = block(self, side, other, iters, *args, **kwargs)
-        if kwargs.get("projection_seed") is not None:
+        if (kwargs.get("projection_seed") is not None or kwargs.get("per_rank") is not None):
             sides.append(side.role)
             if side.role == "candidate":
                 got.wall_ms += 2000.0

@@ -43,6 +43,8 @@ class Block:
     projections: dict[int, Projections] | None = None  # per rank: every timed call's (timing rounds)
     phases: dict[int, dict] | None = None  # per rank: where the side says its time went (diagnostic only)
     disturbed: str | None = None  # the reference's: what its ranks saw run beside the block, which may have slowed it
+    calls: dict[int, list] | None = None  # per rank, a staged block's: every call's flattened outputs, as sent
+    spec: dict[int, str] | None = None  # per rank, a staged block's: its outputs' structure
 
     @property
     def reported_ms(self) -> float:
@@ -117,9 +119,10 @@ class Timing:
         self.stopped_wall = {"reference": 0.0, "candidate": 0.0}
         self.flagged: set[str] = set()
         self.retimed = 0  # rounds timed again (``_round``)
+        self.staged = False  # whether this timing's rounds are staged (``staged_rounds``)
 
-    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0,
-            output_bytes: int = 0) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
+    def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0, output_bytes: int = 0,
+            input_bytes: int | None = None) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
         """``ref_call_s``: the reference's measured call time, ``draw_s`` the time it takes to
         draw one call's inputs; a block of n calls (of either side) must end within
         max(hang_floor_s, hang_factor x n x (ref_call_s + draw_s)).
@@ -132,7 +135,11 @@ class Timing:
         every round where the outputs (``output_bytes``, a trial's) are smaller than
         ``whole_check_all_below_bytes``, else in ``whole_check_rounds`` rounds drawn here at
         random and kept from the candidate, which keeps its last outputs in every round and
-        learns which are judged only after its block."""
+        learns which are judged only after its block.
+
+        ``input_bytes`` (a call's inputs, where every one is a plain value the judge can send; None
+        where not): the rounds are staged (``staged_rounds``) where a block's inputs and outputs
+        fit ``staged_block_bytes``."""
         s = self.s
         ref, cand = self.pools.reference, self.pools.candidate
 
@@ -145,7 +152,7 @@ class Timing:
         try:
             self.pools.place_for_timing()
             with quiet:  # periodic NVML sampling on this machine waits until the timing ends
-                blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, bound)
+                blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, input_bytes, bound)
         finally:
             self.pools.unplace()
             ref.resume()
@@ -161,11 +168,13 @@ class Timing:
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=(
                 f"the candidate's own clock disagrees with the judge's: per block of {per_block} calls it left "
                 f"{check.excess_ms:.3g} ms more unaccounted than the reference's block beside it (median over {check.blocks} rounds; "
-                f"{check.candidate_unaccounted_ms:.3g} against {check.reference_unaccounted_ms:.3g} ms; allowed: {check.allowed_ms:.3g} ms more); "
+                f"{check.candidate_unaccounted_ms:.3g} against {check.reference_unaccounted_ms:.3g} ms; allowed: {check.allowed_ms:.3g} ms more"
+                f"{', staged blocks' if check.staged else ''}); "
                 "its reported times are not the time it took")))
         return _per_rank(blocks["reference"]), _per_rank(blocks["candidate"]), check
 
-    def _rounds(self, ref: RankPool, cand: RankPool, flush_bytes: int, draw_s: float, output_bytes: int, bound) -> tuple[dict[str, list[Block]], int]:
+    def _rounds(self, ref: RankPool, cand: RankPool, flush_bytes: int, draw_s: float, output_bytes: int, input_bytes: int | None,
+                bound) -> tuple[dict[str, list[Block]], int]:
         """The warm-up blocks, then every round's two blocks (order alternating); returns the
         blocks by side and the calls per block."""
         s = self.s
@@ -181,8 +190,13 @@ class Timing:
         cand_warm = self._block(cand, ref, warm, 0, flush_bytes, bound(warm), warm_seed)
         iters = calls_per_side(ref_warm, cand_warm, warm, draw_s, s)
         rounds = round_count(iters, ref_warm.median_ms, draw_s, s)
-        per_block = math.ceil(iters / rounds)
-        every = output_bytes < s.whole_check_all_below_bytes
+        staged = staged_rounds(iters, rounds, input_bytes, output_bytes, s)
+        if staged is not None:
+            self.staged = True
+            rounds, per_block = staged
+        else:
+            per_block = math.ceil(iters / rounds)
+        every = output_bytes < s.whole_check_all_below_bytes or self.staged
         whole = set(range(rounds)) if every else set(
             secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
         blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
@@ -225,6 +239,9 @@ class Timing:
         ref, cand = self.pools.reference, self.pools.candidate
         seed, projection_seed = secrets.randbits(30), secrets.randbits(63)
         order = [(ref, cand, "reference"), (cand, ref, "candidate")]
+        if self.staged:
+            self._staged_round(blocks, r, per_block, flush_bytes, bound, whole, seed, projection_seed)
+            return
         for side, other, name in order if r % 2 == 0 else order[::-1]:
             keep = name == "candidate" or whole
             blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), seed, keep=keep,
@@ -234,10 +251,63 @@ class Timing:
         self._check_projections(blocks["reference"][-1], blocks["candidate"][-1], r)
         blocks["reference"][-1].projections = blocks["candidate"][-1].projections = None
 
-    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int,
-               keep: bool = False, projection_seed: int | None = None) -> Block:
+    def _staged_round(self, blocks: dict[str, list[Block]], r: int, per_block: int, flush_bytes: int, bound, whole: bool,
+                      seed: int, projection_seed: int) -> None:
+        """Round ``r`` staged (``RankBase.run_staged``): the reference's ranks draw the round's
+        inputs, each side's block gets them with its command and sends every call's outputs
+        with its reply, and the reference's ranks then project both sides' outputs (and judge
+        the candidate's last call whole where ``whole``). The candidate's process holds none of
+        a round's inputs before its block's span begins, and none of its outputs can change after
+        the span ends."""
+        ref, cand = self.pools.reference, self.pools.candidate
+        drawn = ref.request("draw_block", {"seed": seed, "calls": per_block}, timeout=self.limit(max(self.s.hang_floor_s, bound(per_block))),
+                            stall_s=self.s.stall_s)
+        self._raise_reference_errors(drawn)
+        per_rank = {rank: {"inputs": rep.get("inputs")} for rank, rep in drawn.by_rank.items()}
+        del drawn
+        order = [(ref, cand, "reference"), (cand, ref, "candidate")]
+        for side, other, name in order if r % 2 == 0 else order[::-1]:
+            blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), None,
+                                            keep=name == "reference" and whole, per_rank=per_rank))
+        del per_rank
+        ref_block, cand_block = blocks["reference"][-1], blocks["candidate"][-1]
+        for rank in sorted(ref_block.calls):
+            got = cand_block.calls.get(rank)
+            if not isinstance(got, list) or len(got) != per_block or not all(isinstance(c, list) for c in got):
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's staged block of round {r} did not send the outputs of its {per_block} calls")))
+        timeout = self.limit(max(self.s.hang_floor_s, bound(per_block)))
+        projected = ref.request("project", {"projection_seed": projection_seed, "tolerance": self.tolerance}, timeout=timeout,
+                                per_rank={rank: {"calls": calls} for rank, calls in ref_block.calls.items()}, stall_s=self.s.stall_s)
+        self._raise_reference_errors(projected)
+        ref_block.projections = self._projections("reference", projected)
+        projected = ref.request("project", {"projection_seed": projection_seed}, timeout=timeout,
+                                per_rank={rank: {"calls": calls} for rank, calls in cand_block.calls.items()}, stall_s=self.s.stall_s)
+        for rank, rep in sorted(projected.by_rank.items()):
+            if rep.get("ok") and rep.get("unreadable") or not rep.get("ok"):
+                why = rep.get("unreadable") or rep.get("error", {}).get("message", "")
+                raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
+                    f"rank {rank}: the candidate's outputs of timing round {r} could not be projected: {why}"[:2000])))
+        cand_block.projections = self._projections("candidate", projected)
+        if whole:
+            self.judge_outputs({rank: {"outputs": calls[-1], "spec": cand_block.spec.get(rank)} for rank, calls in cand_block.calls.items()},
+                               r, seed)
+        self._check_projections(ref_block, cand_block, r)
+        for b in (ref_block, cand_block):
+            b.projections = b.calls = None
+
+    def _raise_reference_errors(self, replies: Replies) -> None:
+        errors = replies.errors()
+        if errors:
+            rank, err = errors[0]
+            raise Stop("workload_error", ErrorInfo(kind=err.get("type", "workload_error"), message=err["message"], rank=rank, phase="time",
+                                                   traceback=err.get("traceback", "")))
+
+    def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int | None,
+               keep: bool = False, projection_seed: int | None = None, per_rank: dict[int, dict] | None = None) -> Block:
         """One block of ``side`` with ``other`` stopped; its device work was drained by the
-        reply to its last command (each block and trial syncs before answering)."""
+        reply to its last command (each block and trial syncs before answering). ``per_rank``:
+        a staged block's inputs, by rank."""
         args = {"iters": iters, "warm": warm, "flush_bytes": flush_bytes, "seed": seed, "keep": keep}
         if projection_seed is not None:
             args["projection_seed"] = projection_seed
@@ -248,7 +318,8 @@ class Timing:
         before = other.stop()
         with gc_paused():
             started = time.perf_counter()
-            replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s)
+            replies = side.request("time_block", args, timeout=self.limit(max(self.s.hang_floor_s, limit_s)), stall_s=self.s.stall_s,
+                                   per_rank=per_rank)
             wall_ms = (time.perf_counter() - started) * 1e3
         if self.between_blocks is not None:
             self.between_blocks()
@@ -268,7 +339,11 @@ class Timing:
             raise Stop("rejected", ErrorInfo(kind="clock", phase="time", message=f"the {side.role} reported a negative or non-finite time"))
         projections = self._projections(side.role, replies) if projection_seed is not None else None
         phases = {r: rep.get("phases_ms") for r, rep in replies.by_rank.items()}
-        return Block(times, wall_ms, projections, phases, disturbed)
+        block = Block(times, wall_ms, projections, phases, disturbed)
+        if per_rank is not None:
+            block.calls = {r: rep.get("calls") for r, rep in replies.by_rank.items()}
+            block.spec = {r: rep.get("spec") for r, rep in replies.by_rank.items()}
+        return block
 
     def _check_quiet(self, replies: Replies) -> str | None:
         """What the reference's ranks saw of the GPU around their block, the candidate's
@@ -348,10 +423,29 @@ class Timing:
 
     def _check(self, blocks: dict[str, list[Block]], per_block: int) -> ClockCheck:
         """The clock check (``clock_check``) under this timing's settings."""
-        return clock_check(blocks, per_block, self.s)
+        return clock_check(blocks, per_block, self.s, self.staged)
 
 
-def clock_check(blocks: dict[str, list[Block]], per_block: int, s: EvalSettings) -> ClockCheck:
+def staged_rounds(iters: int, rounds: int, input_bytes: int | None, output_bytes: int, s: EvalSettings) -> tuple[int, int] | None:
+    """(rounds, calls a block) of staged timing for ``iters`` calls a side, or None where the
+    rounds are not staged: staging off, inputs the judge cannot send (``input_bytes`` None), a
+    device-memory limit (whose promise, each side's own tensors and one copy of the outputs, a
+    block's worth of inputs and outputs would break), or fewer than ``min_iters`` calls in
+    ``staged_max_rounds`` blocks of what fits ``staged_block_bytes``. Blocks hold what fits (more
+    rounds, an even number, where the unstaged ones would not), and no more than the unstaged
+    blocks would."""
+    if not s.staged_blocks or input_bytes is None or s.device_memory_limit_bytes > 0:
+        return None
+    fit = s.staged_block_bytes // max(1, int(input_bytes) + int(output_bytes))
+    if fit < 1 or min(iters, s.staged_max_rounds * fit) < min(iters, s.min_iters):
+        return None
+    per_block = min(math.ceil(iters / rounds), fit)
+    rounds = max(rounds, math.ceil(iters / per_block))
+    rounds = min(rounds + rounds % 2, s.staged_max_rounds - s.staged_max_rounds % 2) if rounds > 1 else rounds
+    return max(1, rounds), per_block
+
+
+def clock_check(blocks: dict[str, list[Block]], per_block: int, s: EvalSettings, staged: bool = False) -> ClockCheck:
     """A side's overhead per block (wall - reported) is its input draws, flushes, barriers and
     the round trip, plus whatever else the machine did meanwhile. The machine's pace drifts
     over a timing (on an H100 the same side's overhead moved between 0.34 and 0.62 ms a call
@@ -368,12 +462,14 @@ def clock_check(blocks: dict[str, list[Block]], per_block: int, s: EvalSettings)
     median_excess = excess[len(excess) // 2]
     cand_wall = statistics.median(b.wall_ms for b in cand)
     ref_overhead = statistics.median(ref_over)
-    allowed = s.clock_slack * cand_wall + s.clock_overhead_slack * max(0.0, ref_overhead) + s.clock_slack_ms
+    slack = (s.staged_clock_slack, s.staged_clock_overhead_slack, s.staged_clock_slack_ms) if staged else (
+        s.clock_slack, s.clock_overhead_slack, s.clock_slack_ms)
+    allowed = slack[0] * cand_wall + slack[1] * max(0.0, ref_overhead) + slack[2]
     return ClockCheck(
         blocks=len(cand), calls_per_block=per_block,
         reference_block_ms=statistics.median(b.wall_ms for b in ref), candidate_block_ms=cand_wall,
         reference_unaccounted_ms=ref_overhead, candidate_unaccounted_ms=statistics.median(cand_over),
-        allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess,
+        allowed_ms=allowed, ok=median_excess <= allowed, excess_ms=median_excess, staged=staged,
     )
 
 

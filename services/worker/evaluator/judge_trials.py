@@ -207,7 +207,9 @@ class Trials:
             timing = Timing(self.pools, self.s, self.ev._limit, self._check_candidate, self._judge_timed,
                             tolerance_to_names(self.tolerance), self.result.flags.append,
                             between_blocks=sampler.sample if sampler is not None else None)
-            ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s, self.output_bytes)
+            sendable = all(rep.get("inputs") is not None for rep in tin.by_rank.values())
+            input_bytes = max(int(x) for x in replies_value(tin, "input_bytes", 0)) if sendable else None
+            ref_t, cand_t, check = timing.run(self.ref_call_s, self.s.flush_bytes, draw_s, self.output_bytes, input_bytes)
         if sampler is not None:
             nvml = sampler.summary()
             self.result.environment["nvml"] = nvml

@@ -114,6 +114,9 @@ class RankBase:
         #: Large device tensors of replies go in a device allocation the same GPU's other pool
         #: maps (``protocol.pack``); a role that hands its outputs over turns it on where it can.
         self.share_device = False
+        #: This reply goes through host memory whatever ``share_device`` says (a staged block's:
+        #: both sides pack their outputs alike); reset after every reply.
+        self.host_reply = False
         precision.pin()
 
     # Environment, memory ----------------------------------------------------------------------
@@ -221,7 +224,8 @@ class RankBase:
         self.timed = TimedCall(model, inputs, restore_inputs if pristine else None, draw)
 
     def cmd_time_block(self, iters: int, warm: int, flush_bytes: int, seed: int | None = None, keep: bool = False,
-                       projection_seed: int | None = None, tolerance: dict | None = None, quiet: dict | None = None) -> dict:
+                       projection_seed: int | None = None, tolerance: dict | None = None, quiet: dict | None = None,
+                       inputs: list | None = None) -> dict:
         """``warm`` untimed calls, then ``iters`` timed ones (ms each); the device is drained
         before the reply, so nothing of this side runs on while the other is timed.
 
@@ -234,13 +238,17 @@ class RankBase:
         tolerances for the bounds), and the numbers go back once, with the times. With ``keep``,
         the block's last outputs stay in this process (``keep_outputs``), outside the judge's
         timed span: the reference compares the candidate's with them, and the candidate hands
-        them over by a separate command. With ``quiet`` (``threshold_ms``, ``patience_s``; on a
+        them over by a separate command. With ``inputs`` (a staged block, ``run_staged``) the
+        calls run on the inputs the command brought, one set a call, and every call's outputs go
+        back with the reply. With ``quiet`` (``threshold_ms``, ``patience_s``; on a
         GPU), the rank waits for the GPU to run nothing else before the block, and again after it
         (``gpu_quiet.py``); the reply says what it saw."""
         timed = self.timed
         if timed is None:
             raise RuntimeError("no timing inputs")
         timer = self.timer(int(flush_bytes))
+        if inputs is not None:
+            return self.run_staged(timed, timer, inputs, keep, quiet)
         projector = None
         if projection_seed is not None:
             table = tolerance_from_names(tolerance) if tolerance is not None else None
@@ -294,6 +302,48 @@ class RankBase:
             t3 = time.perf_counter()
             for key, span in (("draw", t1 - t0), ("call", t2 - t1), ("project", t3 - t2)):
                 phases[key] += span * 1e3
+
+    def run_staged(self, timed: "TimedCall", timer, inputs: list, keep: bool, quiet: dict | None) -> dict:
+        """A staged block: the judge drew every call's inputs in the reference's process and
+        sent them with this command (so this process had none of them before the judge's clock
+        started), and every call's outputs leave with the reply (so none can be finished after
+        it stopped): inside the judge's span of the block lie only unpacking the inputs, the
+        calls (each after the cache flush and the barrier) and packing the outputs, the same
+        work on both sides. The outputs are projected and compared by the reference's process
+        afterwards; nothing here draws, projects or keeps anything for later. The reply travels
+        through host memory on either side (``host_reply``), so that both sides pack alike."""
+        if not isinstance(inputs, list) or not all(isinstance(x, list) for x in inputs):
+            raise ValueError("a staged block's inputs must be a list of argument lists")
+        probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None
+        before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
+        began = time.perf_counter()
+        ring = [list(T.to_device(list(x), self.device)) for x in inputs]
+        inputs = None
+        times: list[float] = []
+        calls: list[list] = []
+        spec = ""
+        timed.hold = True
+        with gc_paused():
+            for i in range(len(ring)):
+                timed.inputs, ring[i] = ring[i], None
+                timed.keep = bool(keep) and i == len(ring) - 1
+                times.append(timer.time_call(timed, None))
+                leaves, spec = T.flatten(timed.out)
+                calls.append([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves])
+                timed.out = timed.inputs = None
+        timed.hold = False
+        self.sync()
+        reply: dict[str, Any] = {"times": times, "calls": calls, "spec": spec,
+                                 "phases_ms": {"loop": (time.perf_counter() - began) * 1e3}}
+        if probe is not None:
+            after = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"]))
+            reply["quiet"] = {"before": before.to_dict(), "after": after.to_dict()}
+        if keep and timed.kept is not None:
+            leaves, kept_spec = T.flatten(timed.kept)
+            timed.kept = None
+            self.keep_outputs([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], kept_spec)
+        self.host_reply = True
+        return reply
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:
         """A role's use of a block's last outputs (None: drop what an earlier block left)."""
@@ -370,8 +420,10 @@ def serve(conn, state) -> None:
         state.after(op, reply)
         if state.share_device:
             state.idle()  # cached blocks go back before the reply's device copy is taken beside them
+        share = state.device if state.share_device and not state.host_reply else None
+        state.host_reply = False
         try:
-            packed = pack(reply, share_device=state.device if state.share_device else None)
+            packed = pack(reply, share_device=share)
         except Exception as exc:  # an output that cannot be serialised, for instance
             packed = pack({"ok": False, "error": error_payload(exc, op), "violations": reply.get("violations", [])})
         # What the reply carried is in its file now: device tensors go before it leaves, since

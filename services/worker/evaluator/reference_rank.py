@@ -23,7 +23,8 @@ from .protocol import Unreadable, snapshot
 from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
 from .groups import reused_groups
-from .rank import RankBase, ResourceLimit, WorkloadProblem, model_bytes, seed_everything, seed_for, tensor_bytes
+from .projection import Projector
+from .rank import RankBase, ResourceLimit, WorkloadProblem, call_seed, model_bytes, seed_everything, seed_for, tensor_bytes
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -71,6 +72,7 @@ class ReferenceRank(RankBase):
             "timing_inputs": self.cmd_timing_inputs, "time_block": self.cmd_time_block, "time_alone": self.cmd_time_alone,
             "release": self.cmd_release, "analyze": self.cmd_analyze, "reference_io": self.cmd_reference_io,
             "probe_split": self.cmd_probe_split,
+            "draw_block": self.cmd_draw_block, "project": self.cmd_project,
         }
 
     def after(self, op: str, reply: dict) -> None:
@@ -238,7 +240,36 @@ class ReferenceRank(RankBase):
         draw_s = time.perf_counter() - started
         sent = _sendable(inputs)
         self.prepare_timed(self.ref, inputs, restore, draw=self._inputs, outputs=outputs)
-        return {"inputs": sent, "seed": seed, "draw_s": draw_s}
+        return {"inputs": sent, "seed": seed, "draw_s": draw_s, "input_bytes": tensor_bytes(inputs)}
+
+    def cmd_draw_block(self, seed: int, calls: int) -> dict:
+        """A staged block's inputs (``RankBase.run_staged``): ``calls`` sets, each drawn from
+        the call's seed as a block with that seed would draw it, copied into one sealed file
+        that the judge sends to both sides' blocks of the round (each maps it copy-on-write)."""
+        self.timed.inputs = None  # the timing inputs' set: a staged round brings its own
+        drawn = []
+        for i in range(int(calls)):
+            drawn.append(self._inputs(call_seed(int(seed), i)))
+            self.account(model_bytes(self.ref) + sum(tensor_bytes(x) for x in drawn), "a staged block's inputs")
+        if not all(_plain(x) for x in drawn):
+            raise WorkloadProblem("get_inputs() gave values that are not plain (tensors, numbers, strings) in a timed block")
+        return {"inputs": snapshot(drawn)}
+
+    def cmd_project(self, calls: list, projection_seed: int, tolerance: dict | None = None) -> dict:
+        """The projections (``projection.Projector``) of a staged block's calls, every call's
+        flattened outputs as a block of either side sent them; with ``tolerance`` (the
+        reference's own block), the bounds too. A candidate's outputs are read here, in the
+        judge's process for the reference, never in the candidate's."""
+        if not isinstance(calls, list) or not all(isinstance(c, list) for c in calls):
+            raise ValueError("a staged block's outputs must be a list of output lists")
+        table = tolerance_from_names(tolerance) if tolerance is not None else None
+        projector = Projector(int(projection_seed), self.device, table, calls=len(calls))
+        unreadable = [i for i, c in enumerate(calls) if any(isinstance(x, Unreadable) for x in c)]
+        if unreadable:
+            return {"unreadable": f"call {unreadable[0]}'s outputs could not be read"}
+        for leaves in calls:
+            projector.add(list(T.to_device(list(leaves), self.device)))
+        return projector.finish().reply(bounds=tolerance is not None)
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:
         """A timed block's last outputs, kept to judge the candidate's of the same round."""

@@ -125,6 +125,25 @@ class EvalSettings:
     clock_slack: float = 0.5
     clock_overhead_slack: float = 0.3
     clock_slack_ms: float = 3.0
+    #: Staged timing rounds (``interleaved.staged_rounds``, ``RankBase.run_staged``): where every
+    #: input is a plain value and a block's inputs and outputs fit ``staged_block_bytes``, the
+    #: reference's ranks draw each round's inputs, both sides' blocks get them with the command and
+    #: send every call's outputs back with the reply, and the reference's ranks project them after
+    #: the round. Only the calls (with their flush and barrier) and the transfers lie inside a
+    #: judged span then, the same on both sides, so the clock check's bound is the tighter
+    #: ``staged_clock_*`` one. Up to ``staged_max_rounds`` rounds of smaller blocks where a block
+    #: of the usual size does not fit. Each side holds at most ``staged_block_bytes`` more (so none
+    #: are staged under a ``device_memory_limit_bytes``).
+    staged_blocks: bool = True
+    staged_block_bytes: int = 64 << 20
+    staged_max_rounds: int = 32
+    #: On the CPU (benchmarks/results/clock_slack_cpu.md, forty-fourth session): at 0.1 every
+    #: candidate that did the reference's work and reported a tenth was caught and no honest copy
+    #: of 28 was rejected; one reporting half (credited 1.6-1.9x) still passes, inside the CPU's
+    #: own noise (honest copies read 0.44-2.0x on the 2-core machine).
+    staged_clock_slack: float = 0.1
+    staged_clock_overhead_slack: float = 0.3
+    staged_clock_slack_ms: float = 3.0
     #: Every timed call's outputs are checked by two random +-1 projections (a signed sum and a
     #: signed sum of squares) against the reference's call on the same inputs (``projection.py``,
     #: ``projection_check.py``): each may be off by at most this many times its bound from the
@@ -205,6 +224,14 @@ class EvalSettings:
             base.max_iters = 500
             base.load_timeout_s = 600.0
             base.clock_slack, base.clock_overhead_slack, base.clock_slack_ms = 0.15, 0.3, 1.0
+            # Staged rounds are off on a GPU: there they move every call's inputs and outputs
+            # through host messages inside the span (a copy and a pickle per tensor), which on an
+            # H100 took more time than a 0.1 ms call and varied more between the sides than a
+            # forger hides: a candidate reporting a tenth was credited 11x staged and caught
+            # unstaged (results/gpu/h100-session44/clock_slack_cuda.md). Staging on a GPU needs
+            # the rounds' inputs and outputs in device memory both sides map (device_share.py).
+            base.staged_blocks = False
+            base.staged_clock_slack, base.staged_clock_overhead_slack, base.staged_clock_slack_ms = 0.15, 0.3, 1.0
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
             base.spares_for_announced = 3
             base.candidates_begin_at_baseline = True
