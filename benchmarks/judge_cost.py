@@ -36,6 +36,7 @@ ALSO = {
     "late": ("spares admitted after the candidate", {"admit_spare_during_evaluation": False}),
     "sized": ("rounds sized to the work (timing_min_block_s=0.05)", {"timing_min_block_s": 0.05}),
     "allrounds": ("every timing round (timing_min_block_s=0)", {"timing_min_block_s": 0.0}),
+    "unstaged": ("rounds not staged (staged_blocks=False)", {"staged_blocks": False}),
 }
 
 CHILD = r'''

@@ -138,6 +138,10 @@ class TimingRecord:
     speedup_ci_high: float | None = None
     #: The candidate's own clock checked against the judge's (``None`` for the reference alone).
     clock_check: "ClockCheck | None" = None
+    #: What ``reference_ms`` and ``candidate_ms`` are: each side's slowest rank's median call, or
+    #: its mean where the candidate's calls were skewed past the reference's
+    #: (``kloom.speedup.judged_times``).
+    statistic: Literal["median", "mean"] = "median"
 
 
 @dataclass
@@ -223,9 +227,10 @@ class EvalResult:
     def summary(self) -> str:
         """One line a person or an agent can read."""
         if self.status == "correct" and self.timing:
+            means = " (mean calls)" if self.timing.statistic == "mean" else ""
             line = (
                 f"correct on all {self.world_size} ranks; {self.timing.candidate_ms:.4g} ms vs "
-                f"reference {self.timing.reference_ms:.4g} ms: speedup {self.timing.speedup:.3g}x"
+                f"reference {self.timing.reference_ms:.4g} ms{means}: speedup {self.timing.speedup:.3g}x"
             )
             if self.roofline and self.roofline.fraction_of_floor is not None:
                 line += f", {100 * self.roofline.fraction_of_floor:.1f}% of roofline floor"

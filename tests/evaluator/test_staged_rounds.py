@@ -112,3 +112,11 @@ def test_a_block_that_sends_back_fewer_calls_is_rejected(staged, tmp_path):
     path.write_text(DROPS_CALLS + copy_of(WORKLOAD, 1.0, tmp_path).read_text())
     result = staged.evaluate(WORKLOAD, path, world_size=2)
     assert result.status == "rejected" and "did not send the outputs of its" in _text(result), _text(result)
+
+
+def test_a_block_whose_work_is_done_in_its_first_call_is_rejected(staged):
+    """``front_loads_block.py``: every output right and every call's time honest, but the block's
+    work done in its first call: credited 295x against medians alone; its calls' mean is hundreds
+    of times its median, the reference's under twice (``kloom.speedup.judged_times``)."""
+    result = staged.evaluate(WORKLOAD, ADVERSARIAL / "front_loads_block.py", world_size=2)
+    assert result.status == "rejected" and "timed calls are not alike" in _text(result), _text(result)

@@ -120,6 +120,7 @@ class Timing:
         self.flagged: set[str] = set()
         self.retimed = 0  # rounds timed again (``_round``)
         self.staged = False  # whether this timing's rounds are staged (``staged_rounds``)
+        self._next: tuple[int, dict[int, dict]] | None = None  # a staged round's seed and inputs, drawn with the last projections
 
     def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0, output_bytes: int = 0,
             input_bytes: int | None = None) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
@@ -154,6 +155,7 @@ class Timing:
             with quiet:  # periodic NVML sampling on this machine waits until the timing ends
                 blocks, per_block = self._rounds(ref, cand, flush_bytes, draw_s, output_bytes, input_bytes, bound)
         finally:
+            self._next = None
             self.pools.unplace()
             ref.resume()
             cand.resume()
@@ -254,17 +256,20 @@ class Timing:
     def _staged_round(self, blocks: dict[str, list[Block]], r: int, per_block: int, flush_bytes: int, bound, whole: bool,
                       seed: int, projection_seed: int) -> None:
         """Round ``r`` staged (``RankBase.run_staged``): the reference's ranks draw the round's
-        inputs, each side's block gets them with its command and sends every call's outputs
-        with its reply, and the reference's ranks then project both sides' outputs (and judge
-        the candidate's last call whole where ``whole``). The candidate's process holds none of
-        a round's inputs before its block's span begins, and none of its outputs can change after
-        the span ends."""
+        inputs (with the last round's projections, where there was one), each side's block gets
+        them with its command and sends every call's outputs with its reply, and the reference's
+        ranks then project both sides' outputs (and judge the candidate's last call whole where
+        ``whole``). The candidate's process holds none of a round's inputs before its block's
+        span begins, and none of its outputs can change after the span ends."""
         ref, cand = self.pools.reference, self.pools.candidate
-        drawn = ref.request("draw_block", {"seed": seed, "calls": per_block}, timeout=self.limit(max(self.s.hang_floor_s, bound(per_block))),
-                            stall_s=self.s.stall_s)
-        self._raise_reference_errors(drawn)
-        per_rank = {rank: {"inputs": rep.get("inputs")} for rank, rep in drawn.by_rank.items()}
-        del drawn
+        timeout = self.limit(max(self.s.hang_floor_s, bound(per_block)))
+        if self._next is not None:
+            (seed, per_rank), self._next = self._next, None
+        else:
+            drawn = ref.request("draw_block", {"seed": seed, "calls": per_block}, timeout=timeout, stall_s=self.s.stall_s)
+            self._raise_reference_errors(drawn)
+            per_rank = {rank: {"inputs": rep.get("inputs")} for rank, rep in drawn.by_rank.items()}
+            del drawn
         order = [(ref, cand, "reference"), (cand, ref, "candidate")]
         for side, other, name in order if r % 2 == 0 else order[::-1]:
             blocks[name].append(self._block(side, other, per_block, 0, flush_bytes, bound(per_block), None,
@@ -276,19 +281,20 @@ class Timing:
             if not isinstance(got, list) or len(got) != per_block or not all(isinstance(c, list) for c in got):
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
                     f"rank {rank}: the candidate's staged block of round {r} did not send the outputs of its {per_block} calls")))
-        timeout = self.limit(max(self.s.hang_floor_s, bound(per_block)))
-        projected = ref.request("project", {"projection_seed": projection_seed, "tolerance": self.tolerance}, timeout=timeout,
-                                per_rank={rank: {"calls": calls} for rank, calls in ref_block.calls.items()}, stall_s=self.s.stall_s)
+        next_seed = secrets.randbits(30)
+        projected = ref.request("project", {"projection_seed": projection_seed, "tolerance": self.tolerance,
+                                            "draw": {"seed": next_seed, "calls": per_block}}, timeout=timeout, stall_s=self.s.stall_s,
+                                per_rank={rank: {"reference_calls": calls, "candidate_calls": cand_block.calls.get(rank)}
+                                          for rank, calls in ref_block.calls.items()})
         self._raise_reference_errors(projected)
-        ref_block.projections = self._projections("reference", projected)
-        projected = ref.request("project", {"projection_seed": projection_seed}, timeout=timeout,
-                                per_rank={rank: {"calls": calls} for rank, calls in cand_block.calls.items()}, stall_s=self.s.stall_s)
+        self._next = (next_seed, {rank: {"inputs": rep.get("inputs")} for rank, rep in projected.by_rank.items()})
         for rank, rep in sorted(projected.by_rank.items()):
-            if rep.get("ok") and rep.get("unreadable") or not rep.get("ok"):
-                why = rep.get("unreadable") or rep.get("error", {}).get("message", "")
+            problem = (rep.get("candidate") or {}).get("problem") if isinstance(rep.get("candidate"), dict) else "no projections"
+            if problem:
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
-                    f"rank {rank}: the candidate's outputs of timing round {r} could not be projected: {why}"[:2000])))
-        cand_block.projections = self._projections("candidate", projected)
+                    f"rank {rank}: the candidate's outputs of timing round {r} could not be projected: {problem}")))
+        ref_block.projections = self._projections("reference", projected, "reference")
+        cand_block.projections = self._projections("candidate", projected, "candidate")
         if whole:
             self.judge_outputs({rank: {"outputs": calls[-1], "spec": cand_block.spec.get(rank)} for rank, calls in cand_block.calls.items()},
                                r, seed)
@@ -378,11 +384,15 @@ class Timing:
                 f"processes stopped (a one-element kernel took {ms:.3g} ms to return, against under "
                 f"{self.s.gpu_quiet_probe_ms} ms on a quiet GPU)")
 
-    def _projections(self, role: str, replies: Replies) -> dict[int, Projections]:
-        """Each rank's numbers from a block's replies: malformed ones from the candidate are
-        ``rejected``; NaN or Inf from the reference (its outputs were) a ``workload_error``."""
+    def _projections(self, role: str, replies: Replies, key: str | None = None) -> dict[int, Projections]:
+        """Each rank's numbers from a block's replies (from the part ``key`` of each, where the
+        reference's ranks projected both sides' staged outputs): malformed ones from the
+        candidate are ``rejected``; NaN or Inf from the reference (its outputs were) a
+        ``workload_error``."""
         out = {}
         for rank, rep in sorted(replies.by_rank.items()):
+            if key is not None:
+                rep = rep.get(key) if isinstance(rep.get(key), dict) else {}
             try:
                 out[rank] = Projections.from_reply(rep, bounds=role == "reference")
             except ValueError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from kloom.evaluation import ErrorInfo, EvalResult, MemoryRecord, TimingRecord, TrialRecord
-from kloom.speedup import paired_interval
+from kloom.speedup import excess_skew, judged_times, paired_interval, skew
 from kloom.tuning import parse_tuned
 
 from . import precision
@@ -112,13 +112,21 @@ class Trials:
                     result.tuned = parse_tuned(replies_value(released, "tuned", [])[0])
         finally:
             self._memory()
-        ref_ms = max(t.median_ms for t in ref_times)
-        cand_ms = max(t.median_ms for t in cand_times)
+        ref_ms, cand_ms, statistic = judged_times(ref_times, cand_times, s.timing_skew_tolerance)
+        if statistic != "median":
+            result.flags.append(f"skewed_calls: the candidate's mean call is {cand_ms / max(t.median_ms for t in cand_times):.3g}x its "
+                                f"median, the reference's {ref_ms / max(t.median_ms for t in ref_times):.3g}x: its calls' time is not where "
+                                "most of them are; the speedup divides the means")
+        try:  # block i of one side was timed beside block i of the other, call for call
+            low, high = paired_interval([self.samples[0][r] for r in range(self.world)], [self.samples[1][r] for r in range(self.world)],
+                                        statistic=statistic)
+        except ValueError:
+            low = high = None
         result.timing = TimingRecord(
             reference=ref_times, candidate=cand_times, reference_ms=ref_ms, candidate_ms=cand_ms,
             speedup=ref_ms / cand_ms if cand_ms > 0 else float("inf"), interleaved=True,
             clock="cuda_events" if ev.device == "cuda" else "wall", clock_check=check,
-            speedup_ci_low=self.interval[0], speedup_ci_high=self.interval[1],
+            speedup_ci_low=low, speedup_ci_high=high, statistic=statistic,
         )
         result.roofline = ev._roofline(first, self.ref.environment, cand_ms, ref_ms, result.flags)
         _flag(result, self.s)
@@ -214,11 +222,15 @@ class Trials:
             nvml = sampler.summary()
             self.result.environment["nvml"] = nvml
             self.result.flags.extend(f"gpu: {flag}" for flag in nvml.get("flags", []))
-        try:  # block i of one side was timed beside block i of the other, call for call
-            self.interval = paired_interval([ref_t[r] for r in range(self.world)], [cand_t[r] for r in range(self.world)])
-        except ValueError:
-            self.interval = (None, None)
-        return stats(ref_t, self.world), stats(cand_t, self.world), check
+        self.samples = (ref_t, cand_t)
+        ref_stats, cand_stats = stats(ref_t, self.world), stats(cand_t, self.world)
+        excess = excess_skew(ref_stats, cand_stats)
+        if excess > self.s.timing_skew_reject:
+            raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", message=(
+                f"the candidate's timed calls are not alike: its mean call is {skew(cand_stats):.3g}x its median, the reference's "
+                f"{skew(ref_stats):.3g}x ({excess:.3g}x more, allowed {self.s.timing_skew_reject:g}x): most of its calls took almost "
+                "nothing while a few took the time, as when one call does the work of others")))
+        return ref_stats, cand_stats, check
 
     @contextmanager
     def _gpu_sampler(self):

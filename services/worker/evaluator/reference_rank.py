@@ -24,6 +24,7 @@ from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
 from .groups import reused_groups
 from .projection import Projector
+from .projection_check import Projections
 from .rank import RankBase, ResourceLimit, WorkloadProblem, call_seed, model_bytes, seed_everything, seed_for, tensor_bytes
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -246,7 +247,8 @@ class ReferenceRank(RankBase):
         """A staged block's inputs (``RankBase.run_staged``): ``calls`` sets, each drawn from
         the call's seed as a block with that seed would draw it, copied into one sealed file
         that the judge sends to both sides' blocks of the round (each maps it copy-on-write)."""
-        self.timed.inputs = None  # the timing inputs' set: a staged round brings its own
+        if self.timed is not None:
+            self.timed.inputs = None  # the timing inputs' set: a staged round brings its own
         drawn = []
         for i in range(int(calls)):
             drawn.append(self._inputs(call_seed(int(seed), i)))
@@ -255,21 +257,32 @@ class ReferenceRank(RankBase):
             raise WorkloadProblem("get_inputs() gave values that are not plain (tensors, numbers, strings) in a timed block")
         return {"inputs": snapshot(drawn)}
 
-    def cmd_project(self, calls: list, projection_seed: int, tolerance: dict | None = None) -> dict:
-        """The projections (``projection.Projector``) of a staged block's calls, every call's
-        flattened outputs as a block of either side sent them; with ``tolerance`` (the
-        reference's own block), the bounds too. A candidate's outputs are read here, in the
-        judge's process for the reference, never in the candidate's."""
+    def cmd_project(self, reference_calls: list, candidate_calls: Any, projection_seed: int, tolerance: dict,
+                    draw: dict | None = None) -> dict:
+        """After a staged round: the projections (``projection.Projector``) of both sides' calls,
+        every call's flattened outputs as each block sent them (the reference's with their
+        bounds), and with ``draw`` (``seed``, ``calls``) the next round's inputs
+        (``cmd_draw_block``). The candidate's outputs are read here, never in its own process;
+        what cannot be projected of them is a ``problem`` in its place (the candidate's fault)."""
+        out: dict[str, Any] = {"reference": self._project(reference_calls, projection_seed, tolerance_from_names(tolerance)).reply(bounds=True)}
+        try:
+            out["candidate"] = self._project(candidate_calls, projection_seed, None).reply(bounds=False)
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate's outputs make fail is the candidate's fault
+            out["candidate"] = {"problem": f"{type(exc).__name__}: {exc}"[:1000]}
+        if draw is not None:
+            out.update(self.cmd_draw_block(int(draw["seed"]), int(draw["calls"])))
+        return out
+
+    def _project(self, calls: Any, projection_seed: int, table: dict | None) -> Projections:
         if not isinstance(calls, list) or not all(isinstance(c, list) for c in calls):
             raise ValueError("a staged block's outputs must be a list of output lists")
-        table = tolerance_from_names(tolerance) if tolerance is not None else None
+        for i, leaves in enumerate(calls):
+            if any(isinstance(x, Unreadable) for x in leaves):
+                raise ValueError(f"call {i}'s outputs could not be read")
         projector = Projector(int(projection_seed), self.device, table, calls=len(calls))
-        unreadable = [i for i, c in enumerate(calls) if any(isinstance(x, Unreadable) for x in c)]
-        if unreadable:
-            return {"unreadable": f"call {unreadable[0]}'s outputs could not be read"}
         for leaves in calls:
             projector.add(list(T.to_device(list(leaves), self.device)))
-        return projector.finish().reply(bounds=tolerance is not None)
+        return projector.finish()
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:
         """A timed block's last outputs, kept to judge the candidate's of the same round."""

@@ -144,6 +144,15 @@ class EvalSettings:
     staged_clock_slack: float = 0.1
     staged_clock_overhead_slack: float = 0.3
     staged_clock_slack_ms: float = 3.0
+    #: The speedup divides the sides' mean calls instead of their medians where the candidate's
+    #: mean exceeds its median by a factor more than (1 + this) times the reference's does
+    #: (``kloom.speedup.judged_times``: a candidate that does a block's work in a few calls had a
+    #: median of nothing). What shaping its calls can gain a candidate is at most that factor.
+    #: On two CPU cores both sides' means run 1.5-2.5x their medians, hence the wider default there.
+    timing_skew_tolerance: float = 0.5
+    #: ... and past this factor the candidate is rejected: its calls are not alike (a front-loaded
+    #: block reads some hundred times; an honest candidate's calls spread as the reference's do).
+    timing_skew_reject: float = 8.0
     #: Every timed call's outputs are checked by two random +-1 projections (a signed sum and a
     #: signed sum of squares) against the reference's call on the same inputs (``projection.py``,
     #: ``projection_check.py``): each may be off by at most this many times its bound from the
@@ -231,6 +240,7 @@ class EvalSettings:
             # unstaged (results/gpu/h100-session44/clock_slack_cuda.md). Staging on a GPU needs
             # the rounds' inputs and outputs in device memory both sides map (device_share.py).
             base.staged_blocks = False
+            base.timing_skew_tolerance = 0.2
             base.staged_clock_slack, base.staged_clock_overhead_slack, base.staged_clock_slack_ms = 0.15, 0.3, 1.0
             base.spare_candidate_pools = 3  # import torch takes about 4 s on the H100 machines
             base.spares_for_announced = 3
