@@ -36,8 +36,9 @@ ARCHIVES = sorted((ROOT / "results").glob("**/trajectories.jsonl.xz"))
 #: Fields the records gained after those were written, with the default they read back as.
 GAINED = {
     "evaluation": {"memory": None, "evaluator_version": "1", "tuned": []},
-    "timing": {"reference_alone": None, "interleaved": False, "speedup_ci_low": None, "speedup_ci_high": None, "clock_check": None},
-    "clock_check": {"excess_ms": None},
+    "timing": {"reference_alone": None, "interleaved": False, "speedup_ci_low": None, "speedup_ci_high": None, "clock_check": None,
+               "statistic": "median"},
+    "clock_check": {"excess_ms": None, "staged": None},
     "memory": {"peaks_by_command": {}},
     "analysis": {"trace_error": "", "source_rewrites": {}, "collective_calls": {}, "bincount_bins": None, "op_graph": None, "floor_from": ""},
 }
@@ -151,6 +152,9 @@ def test_every_archived_trajectory_reads_back_all_it_stored(archive):
             evaluation = _added(new["evaluation"], old["evaluation"], "evaluation")
             if old["evaluation"]["timing"] is not None:
                 evaluation["timing"] = _added(evaluation["timing"], old["evaluation"]["timing"], "timing")
+                if old["evaluation"]["timing"].get("clock_check") is not None:
+                    evaluation["timing"]["clock_check"] = _added(evaluation["timing"]["clock_check"],
+                                                                 old["evaluation"]["timing"]["clock_check"], "clock_check")
             assert json.dumps({**new, "evaluation": evaluation}) == json.dumps(old)
         if stored["analysis"] is not None:
             assert isinstance(traj.analysis, Analysis)
