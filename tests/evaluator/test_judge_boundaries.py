@@ -54,14 +54,19 @@ def test_attack_fails_without_the_static_checker(unfiltered, name):
 
 def test_the_linear_shortcut_passed_the_linear_projection_alone(unfiltered, monkeypatch):
     """``projects_by_shortcut`` against the judge as it was before the quadratic projection (the
-    candidate's quadratic numbers taken as the reference's): every timed call passes and it is
-    credited a speedup of about a block's length. The test above: the same candidate, caught."""
+    candidate's quadratic numbers taken as the reference's) and before the speedup looked at how
+    the calls' time is spread (its zeros take nothing, a block's last call the work: medians alone,
+    ``timing_skew_*`` off): every timed call passes and it is credited a speedup of about a
+    block's length. The test above: the same candidate, caught (and the spread of its calls
+    alone catches it too, at about 9x the reference's skew against the bound of 8)."""
     checked = projection_check.first_mismatch
 
     def linear_only(got, want, sigmas):
         return checked(dataclasses.replace(got, p2=want.p2), want, sigmas)
 
     monkeypatch.setattr(projection_check, "first_mismatch", linear_only)
+    monkeypatch.setattr(unfiltered.settings, "timing_skew_reject", float("inf"))
+    monkeypatch.setattr(unfiltered.settings, "timing_skew_tolerance", float("inf"))
     result = unfiltered.evaluate(WORKLOAD, ADVERSARIAL / "projects_by_shortcut.py", world_size=2)
     assert result.correct, _text(result)
     assert result.timing.speedup > 4, result.summary()
