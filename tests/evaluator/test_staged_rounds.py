@@ -30,7 +30,7 @@ _real = _rank.RankBase.run_staged
 
 def _fewer(self, *args, **kwargs):
     reply = _real(self, *args, **kwargs)
-    reply["calls"] = reply["calls"][:1]
+    reply["calls"]["count"] = 1  # says it ran one call
     return reply
 
 

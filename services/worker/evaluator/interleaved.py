@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kloom.evaluation import ClockCheck, ErrorInfo, TimeStats
 from services.worker.profiler.nvml_quiet import timing_in_progress
 
-from . import projection_check
+from . import projection_check, staged
 from .judge import JudgePools, Stop
 from .pool import RankPool, Replies
 from .pool_replies import replies_value
@@ -121,6 +121,7 @@ class Timing:
         self.retimed = 0  # rounds timed again (``_round``)
         self.staged = False  # whether this timing's rounds are staged (``staged_rounds``)
         self._next: tuple[int, dict[int, dict]] | None = None  # a staged round's seed and inputs, drawn with the last projections
+        self._more = False  # whether another round is planned after the running one
 
     def run(self, ref_call_s: float, flush_bytes: int, draw_s: float = 0.0, output_bytes: int = 0,
             input_bytes: int | None = None) -> tuple[dict[int, list[float]], dict[int, list[float]], ClockCheck]:
@@ -203,6 +204,7 @@ class Timing:
             secrets.SystemRandom().sample(range(rounds), min(rounds, max(1, s.whole_check_rounds))))
         blocks: dict[str, list[Block]] = {"reference": [], "candidate": []}
         for r in range(rounds):
+            self._more = r < rounds - 1
             self._round(blocks, r, per_block, flush_bytes, bound, r in whole)
         # Fewer rounds than ``timing_rounds`` (short calls) leave the clock check few blocks to
         # take its median over: one block slowed by the machine (a 2-core CI runner rejected an
@@ -212,6 +214,7 @@ class Timing:
         # counts its blocks learns the check failed, and is judged over all of them).
         if rounds < s.timing_rounds and not self._check(blocks, per_block).ok:
             for r in range(rounds, s.timing_rounds):
+                self._more = r < s.timing_rounds - 1
                 self._round(blocks, r, per_block, flush_bytes, bound, every)
         return blocks, per_block
 
@@ -276,18 +279,24 @@ class Timing:
                                             keep=name == "reference" and whole, per_rank=per_rank))
         del per_rank
         ref_block, cand_block = blocks["reference"][-1], blocks["candidate"][-1]
+        last: dict[int, list] = {}  # the candidate's last call of the round, per rank (for the whole check)
         for rank in sorted(ref_block.calls):
-            got = cand_block.calls.get(rank)
-            if not isinstance(got, list) or len(got) != per_block or not all(isinstance(c, list) for c in got):
+            try:
+                last[rank] = staged.unstack(cand_block.calls.get(rank), per_block)[-1]
+            except (ValueError, IndexError) as exc:
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
-                    f"rank {rank}: the candidate's staged block of round {r} did not send the outputs of its {per_block} calls")))
+                    f"rank {rank}: the candidate's staged block of round {r} did not send the outputs of its {per_block} calls "
+                    f"({exc})"))) from None
         next_seed = secrets.randbits(30)
-        projected = ref.request("project", {"projection_seed": projection_seed, "tolerance": self.tolerance,
-                                            "draw": {"seed": next_seed, "calls": per_block}}, timeout=timeout, stall_s=self.s.stall_s,
+        args = {"projection_seed": projection_seed, "tolerance": self.tolerance}
+        if self._more:  # the next round's inputs drawn with this one's projections (one request, not two)
+            args["draw"] = {"seed": next_seed, "calls": per_block}
+        projected = ref.request("project", args, timeout=timeout, stall_s=self.s.stall_s,
                                 per_rank={rank: {"reference_calls": calls, "candidate_calls": cand_block.calls.get(rank)}
                                           for rank, calls in ref_block.calls.items()})
         self._raise_reference_errors(projected)
-        self._next = (next_seed, {rank: {"inputs": rep.get("inputs")} for rank, rep in projected.by_rank.items()})
+        if self._more:
+            self._next = (next_seed, {rank: {"inputs": rep.get("inputs")} for rank, rep in projected.by_rank.items()})
         for rank, rep in sorted(projected.by_rank.items()):
             problem = (rep.get("candidate") or {}).get("problem") if isinstance(rep.get("candidate"), dict) else "no projections"
             if problem:
@@ -296,8 +305,7 @@ class Timing:
         ref_block.projections = self._projections("reference", projected, "reference")
         cand_block.projections = self._projections("candidate", projected, "candidate")
         if whole:
-            self.judge_outputs({rank: {"outputs": calls[-1], "spec": cand_block.spec.get(rank)} for rank, calls in cand_block.calls.items()},
-                               r, seed)
+            self.judge_outputs({rank: {"outputs": outputs, "spec": cand_block.spec.get(rank)} for rank, outputs in last.items()}, r, seed)
         self._check_projections(ref_block, cand_block, r)
         for b in (ref_block, cand_block):
             b.projections = b.calls = None

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from . import precision
+from . import precision, staged
 from . import tensors as T
 from .compare import tolerance_from_names
 from .gpu_quiet import QuietProbe
@@ -312,12 +312,12 @@ class RankBase:
         work on both sides. The outputs are projected and compared by the reference's process
         afterwards; nothing here draws, projects or keeps anything for later. The reply travels
         through host memory on either side (``host_reply``), so that both sides pack alike."""
-        if not isinstance(inputs, list) or not all(isinstance(x, list) for x in inputs):
-            raise ValueError("a staged block's inputs must be a list of argument lists")
         probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None
         before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
         began = time.perf_counter()
-        ring = [list(T.to_device(list(x), self.device)) for x in inputs]
+        # Each call's inputs copied apart (rows of the stacked inputs share one storage with the
+        # block's other calls, which no call should reach).
+        ring = [[x.to(self.device, copy=True) if isinstance(x, torch.Tensor) else x for x in call] for call in staged.unstack(inputs)]
         inputs = None
         times: list[float] = []
         calls: list[list] = []
@@ -333,7 +333,7 @@ class RankBase:
                 timed.out = timed.inputs = None
         timed.hold = False
         self.sync()
-        reply: dict[str, Any] = {"times": times, "calls": calls, "spec": spec,
+        reply: dict[str, Any] = {"times": times, "calls": staged.stack(calls), "spec": spec,
                                  "phases_ms": {"loop": (time.perf_counter() - began) * 1e3}}
         if probe is not None:
             after = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"]))

@@ -18,7 +18,7 @@ import torch
 
 from kloom.workload import SHAPES_ENV, import_file, module_name_for
 
-from . import calibration, precision
+from . import calibration, precision, staged
 from .protocol import Unreadable, snapshot
 from . import tensors as T
 from .compare import CHUNK, compare_leaf, compare_outputs, resolve_tolerance, tolerance_from_names
@@ -255,7 +255,7 @@ class ReferenceRank(RankBase):
             self.account(model_bytes(self.ref) + sum(tensor_bytes(x) for x in drawn), "a staged block's inputs")
         if not all(_plain(x) for x in drawn):
             raise WorkloadProblem("get_inputs() gave values that are not plain (tensors, numbers, strings) in a timed block")
-        return {"inputs": snapshot(drawn)}
+        return {"inputs": snapshot(staged.stack(drawn))}
 
     def cmd_project(self, reference_calls: list, candidate_calls: Any, projection_seed: int, tolerance: dict,
                     draw: dict | None = None) -> dict:
@@ -273,9 +273,8 @@ class ReferenceRank(RankBase):
             out.update(self.cmd_draw_block(int(draw["seed"]), int(draw["calls"])))
         return out
 
-    def _project(self, calls: Any, projection_seed: int, table: dict | None) -> Projections:
-        if not isinstance(calls, list) or not all(isinstance(c, list) for c in calls):
-            raise ValueError("a staged block's outputs must be a list of output lists")
+    def _project(self, packed: Any, projection_seed: int, table: dict | None) -> Projections:
+        calls = staged.unstack(packed)
         for i, leaves in enumerate(calls):
             if any(isinstance(x, Unreadable) for x in leaves):
                 raise ValueError(f"call {i}'s outputs could not be read")

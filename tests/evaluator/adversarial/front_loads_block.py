@@ -16,7 +16,7 @@ _state = {"ring": None, "outs": None, "call": 0}
 
 
 def _staged(self, timed, timer, inputs, keep, quiet):
-    _state["ring"], _state["outs"], _state["call"] = [list(x) for x in inputs], None, 0
+    _state["ring"], _state["outs"], _state["call"] = _rank.staged.unstack(inputs), None, 0
     try:
         return _real_staged(self, timed, timer, inputs, keep, quiet)
     finally:
