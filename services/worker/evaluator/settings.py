@@ -139,8 +139,9 @@ class EvalSettings:
     staged_max_rounds: int = 32
     #: On the CPU (benchmarks/results/clock_slack_cpu.md, forty-fourth session): at 0.1 every
     #: candidate that did the reference's work and reported a tenth was caught and no honest copy
-    #: of 28 was rejected; one reporting half (credited 1.6-1.9x) still passes, inside the CPU's
-    #: own noise (honest copies read 0.44-2.0x on the 2-core machine).
+    #: of 28 was rejected (at 0.05 too, in the later run); one reporting half (credited 1.6-2.1x)
+    #: passes in half the runs, inside the CPU's own noise (honest copies read 0.44-2.0x on the
+    #: 2-core machine).
     staged_clock_slack: float = 0.1
     staged_clock_overhead_slack: float = 0.3
     staged_clock_slack_ms: float = 3.0
