@@ -94,3 +94,37 @@ def test_rounds_disturbed_past_the_retimes_reject():
 def test_replies_without_probes_pass():
     """On the CPU, and from a side not asked to probe, there is nothing to check."""
     _timing([])._check_quiet(Replies(by_rank={0: {"ok": True, "times": [1.0]}}))
+
+
+def test_a_rank_s_quiet_waits_come_before_and_after_its_block_and_land_in_its_reply(monkeypatch):
+    """``RankBase.quiet_wait`` (both kinds of timed block use it): the first wait when asked, the
+    second when the block's reply is made, both in the form ``_check_quiet`` reads; nothing on
+    the CPU or without ``quiet``. A stand-in probe: the real one needs a GPU."""
+    import torch
+
+    from services.worker.evaluator import rank as rank_module
+    from services.worker.evaluator.gpu_quiet import Quiet
+
+    waits: list[tuple[float, float]] = []
+
+    class Probe:
+        def __init__(self, device):
+            self.device = device
+
+        def wait(self, threshold_ms, patience_s):
+            waits.append((threshold_ms, patience_s))
+            return Quiet(probe_ms=0.02 * len(waits), waited_s=0.0, busy=False)
+
+    monkeypatch.setattr(rank_module, "QuietProbe", Probe)
+    gpu, cpu = type("R", (), {"device": torch.device("cuda", 0)})(), type("R", (), {"device": torch.device("cpu")})()
+    after = rank_module.RankBase.quiet_wait(gpu, {"threshold_ms": 0.25, "patience_s": 2.0})
+    assert waits == [(0.25, 2.0)]
+    reply: dict = {}
+    after(reply)
+    assert waits == [(0.25, 2.0)] * 2
+    assert reply["quiet"]["before"]["probe_ms"] == 0.02 and reply["quiet"]["after"]["probe_ms"] == 0.04
+    _timing([])._check_quiet(Replies(by_rank={0: {"ok": True, **reply}}))
+    for rank, quiet in ((cpu, {"threshold_ms": 0.25, "patience_s": 2.0}), (gpu, None)):
+        untouched: dict = {}
+        rank_module.RankBase.quiet_wait(rank, quiet)(untouched)
+        assert untouched == {} and len(waits) == 2

@@ -270,7 +270,7 @@ class Timing:
             (seed, per_rank), self._next = self._next, None
         else:
             drawn = ref.request("draw_block", {"seed": seed, "calls": per_block}, timeout=timeout, stall_s=self.s.stall_s)
-            self._raise_reference_errors(drawn)
+            self._raise_errors(drawn)
             per_rank = {rank: {"inputs": rep.get("inputs")} for rank, rep in drawn.by_rank.items()}
             del drawn
         order = [(ref, cand, "reference"), (cand, ref, "candidate")]
@@ -294,11 +294,12 @@ class Timing:
         projected = ref.request("project", args, timeout=timeout, stall_s=self.s.stall_s,
                                 per_rank={rank: {"reference_calls": calls, "candidate_calls": cand_block.calls.get(rank)}
                                           for rank, calls in ref_block.calls.items()})
-        self._raise_reference_errors(projected)
+        self._raise_errors(projected)
         if self._more:
             self._next = (next_seed, {rank: {"inputs": rep.get("inputs")} for rank, rep in projected.by_rank.items()})
         for rank, rep in sorted(projected.by_rank.items()):
-            problem = (rep.get("candidate") or {}).get("problem") if isinstance(rep.get("candidate"), dict) else "no projections"
+            got = rep.get("candidate")
+            problem = got.get("problem") if isinstance(got, dict) else "no projections"
             if problem:
                 raise Stop("rejected", ErrorInfo(kind="integrity", phase="time", rank=rank, message=(
                     f"rank {rank}: the candidate's outputs of timing round {r} could not be projected: {problem}")))
@@ -310,12 +311,15 @@ class Timing:
         for b in (ref_block, cand_block):
             b.projections = b.calls = None
 
-    def _raise_reference_errors(self, replies: Replies) -> None:
+    @staticmethod
+    def _raise_errors(replies: Replies, status: str = "workload_error") -> None:
+        """The first rank's error in ``replies`` as a ``Stop`` of ``status`` (the reference's ranks
+        failing are the workload's fault, the candidate's a ``runtime_error``)."""
         errors = replies.errors()
         if errors:
             rank, err = errors[0]
-            raise Stop("workload_error", ErrorInfo(kind=err.get("type", "workload_error"), message=err["message"], rank=rank, phase="time",
-                                                   traceback=err.get("traceback", "")))
+            raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
+                                         traceback=err.get("traceback", "")))
 
     def _block(self, side: RankPool, other: RankPool, iters: int, warm: int, flush_bytes: int, limit_s: float, seed: int | None,
                keep: bool = False, projection_seed: int | None = None, per_rank: dict[int, dict] | None = None) -> Block:
@@ -341,12 +345,7 @@ class Timing:
         self.stopped_wall[other.role] += wall_ms / 1e3
         if side.role == "candidate":
             self.check_candidate(replies, "time")
-        errors = replies.errors()
-        if errors:
-            rank, err = errors[0]
-            status = "workload_error" if side.role == "reference" else "runtime_error"
-            raise Stop(status, ErrorInfo(kind=err.get("type", status), message=err["message"], rank=rank, phase="time",
-                                         traceback=err.get("traceback", "")))
+        self._raise_errors(replies, "workload_error" if side.role == "reference" else "runtime_error")
         disturbed = self._check_quiet(replies) if side.role == "reference" else None
         times = {r: [float(x) for x in rep["times"]] for r, rep in replies.by_rank.items()}
         if any(not math.isfinite(x) or x < 0 for t in times.values() for x in t):

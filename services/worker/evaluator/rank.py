@@ -255,8 +255,7 @@ class RankBase:
             projector = Projector(int(projection_seed), self.device, table, calls=int(iters))
         if keep:
             self.keep_outputs(None, "")
-        probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None
-        before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
+        quiet_after = self.quiet_wait(quiet)
         total = int(warm) + int(iters)
         times = []
         # Where this side's own time went (ms): a diagnostic of the clock cross-check's noise,
@@ -272,9 +271,7 @@ class RankBase:
         self.sync()
         phases["loop"] = (time.perf_counter() - began) * 1e3
         reply: dict[str, Any] = {"times": times, "phases_ms": phases}
-        if probe is not None:
-            after = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"]))
-            reply["quiet"] = {"before": before.to_dict(), "after": after.to_dict()}
+        quiet_after(reply)
         if projector is not None:
             reply.update(projector.finish().reply(bounds=tolerance is not None))
         if keep and timed.kept is not None:
@@ -312,8 +309,7 @@ class RankBase:
         work on both sides. The outputs are projected and compared by the reference's process
         afterwards; nothing here draws, projects or keeps anything for later. The reply travels
         through host memory on either side (``host_reply``), so that both sides pack alike."""
-        probe = QuietProbe(self.device) if quiet is not None and self.device.type == "cuda" else None
-        before = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"])) if probe else None
+        quiet_after = self.quiet_wait(quiet)
         began = time.perf_counter()
         # Each call's inputs copied apart (rows of the stacked inputs share one storage with the
         # block's other calls, which no call should reach).
@@ -322,11 +318,10 @@ class RankBase:
         times: list[float] = []
         calls: list[list] = []
         spec = ""
-        timed.hold = True
+        timed.hold, timed.keep = True, False
         with gc_paused():
             for i in range(len(ring)):
                 timed.inputs, ring[i] = ring[i], None
-                timed.keep = bool(keep) and i == len(ring) - 1
                 times.append(timer.time_call(timed, None))
                 leaves, spec = T.flatten(timed.out)
                 calls.append([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves])
@@ -335,15 +330,26 @@ class RankBase:
         self.sync()
         reply: dict[str, Any] = {"times": times, "calls": staged.stack(calls), "spec": spec,
                                  "phases_ms": {"loop": (time.perf_counter() - began) * 1e3}}
-        if probe is not None:
-            after = probe.wait(float(quiet["threshold_ms"]), float(quiet["patience_s"]))
-            reply["quiet"] = {"before": before.to_dict(), "after": after.to_dict()}
-        if keep and timed.kept is not None:
-            leaves, kept_spec = T.flatten(timed.kept)
-            timed.kept = None
-            self.keep_outputs([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], kept_spec)
+        quiet_after(reply)
+        if keep and calls:
+            self.keep_outputs(calls[-1], spec)
         self.host_reply = True
         return reply
+
+    def quiet_wait(self, quiet: dict | None) -> Callable[[dict], None]:
+        """With ``quiet`` (``threshold_ms``, ``patience_s``) on a GPU: wait now for the GPU to run
+        nothing else (``gpu_quiet.py``), and return what waits again after the block and puts
+        what both waits saw in its reply (``quiet``); elsewhere, nothing to do."""
+        if quiet is None or self.device.type != "cuda":
+            return lambda reply: None
+        probe = QuietProbe(self.device)
+        threshold, patience = float(quiet["threshold_ms"]), float(quiet["patience_s"])
+        before = probe.wait(threshold, patience)
+
+        def after(reply: dict) -> None:
+            reply["quiet"] = {"before": before.to_dict(), "after": probe.wait(threshold, patience).to_dict()}
+
+        return after
 
     def keep_outputs(self, leaves: list | None, spec: str) -> None:
         """A role's use of a block's last outputs (None: drop what an earlier block left)."""

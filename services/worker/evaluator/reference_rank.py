@@ -249,10 +249,11 @@ class ReferenceRank(RankBase):
         that the judge sends to both sides' blocks of the round (each maps it copy-on-write)."""
         if self.timed is not None:
             self.timed.inputs = None  # the timing inputs' set: a staged round brings its own
-        drawn = []
+        drawn, held = [], model_bytes(self.ref)
         for i in range(int(calls)):
             drawn.append(self._inputs(call_seed(int(seed), i)))
-            self.account(model_bytes(self.ref) + sum(tensor_bytes(x) for x in drawn), "a staged block's inputs")
+            held += tensor_bytes(drawn[-1])
+            self.account(held, "a staged block's inputs")
         if not all(_plain(x) for x in drawn):
             raise WorkloadProblem("get_inputs() gave values that are not plain (tensors, numbers, strings) in a timed block")
         return {"inputs": snapshot(staged.stack(drawn))}
